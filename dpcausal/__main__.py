@@ -1,0 +1,5 @@
+"""``python -m dpcausal``."""
+
+from dpcausal.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Privacy events, plans, budgets, the ledger and receipts."""

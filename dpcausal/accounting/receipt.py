@@ -1,0 +1,96 @@
+"""Privacy receipts: the JSON record of one release, also the ledger line.
+
+The receipt is built from the plan (public), the spec's hash, the output files' hashes and the ledger
+state. It never holds data, data hashes, noise, or non-private fits. ``hash`` is the SHA-256 of the
+canonical JSON of every other field, so a receipt (and the chain of them in a ledger) is tamper-evident.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from dpcausal import __version__
+from dpcausal.accounting.plan import PrivacyPlan
+
+SCHEMA_VERSION = 1
+GENESIS_HASH = "0" * 64
+
+
+def canonical_json(obj: Any) -> str:
+    """JSON with sorted keys and no whitespace: the form that is hashed."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def receipt_hash(receipt: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of ``receipt`` without its ``hash`` field."""
+    body = {k: v for k, v in receipt.items() if k != "hash"}
+    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex SHA-256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def build_receipt(
+    plan: PrivacyPlan,
+    *,
+    spec_sha256: str,
+    outputs: dict[str, str],
+    seeded_noise: bool,
+    dataset: str | None = None,
+) -> dict[str, Any]:
+    """Return a receipt without its ledger fields (``ledger``, ``prev_hash``, ``hash``).
+
+    Parameters
+    ----------
+    plan
+        The executed privacy plan.
+    spec_sha256
+        SHA-256 of the spec file as read.
+    outputs
+        Output path (as written, relative to the output directory) → SHA-256 of its bytes.
+    seeded_noise
+        True when the noise came from a test seed: the receipt then carries no DP guarantee.
+    dataset
+        The ledger's dataset label, if any.
+    """
+    cost = plan.cost
+    dp = plan.dp_guarantee and not seeded_noise
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": "dpcausal",
+        "version": __version__,
+        "command": plan.command,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "spec_sha256": spec_sha256,
+        "dataset": dataset,
+        "neighbouring": plan.neighbouring,
+        "guarantee": plan.guarantee if dp else "none",
+        "dp_guarantee": dp,
+        "epsilon": cost.epsilon,
+        "delta": cost.delta,
+        "composition": "basic",
+        "numerics": "float64",
+        "events": [e.to_dict() for e in plan.events],
+        "assumptions": plan.assumptions,
+        "outputs": [{"path": p, "sha256": h} for p, h in outputs.items()],
+        "rng": "seeded-test" if seeded_noise else "os-entropy",
+    }
+
+
+def finalize(receipt: dict[str, Any], prev_hash: str | None) -> dict[str, Any]:
+    """Return ``receipt`` with ``prev_hash`` and its own ``hash`` set."""
+    out = dict(receipt)
+    out["prev_hash"] = prev_hash
+    out["hash"] = receipt_hash(out)
+    return out
+
+
+def is_finite_number(x: Any) -> bool:
+    """True for a finite int/float (not bool)."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)

@@ -1,0 +1,1 @@
+"""Audits: receipt and ledger verification; empirical privacy auditing."""

@@ -1,0 +1,64 @@
+"""The ``dpcausal`` command line. Only commands that really work are registered."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+from dpcausal import __version__
+from dpcausal.cli import audit as audit_cli
+from dpcausal.cli._run import guarded
+from dpcausal.cli.owl import owl
+from dpcausal.errors import SpecError
+from dpcausal.spec.owl import OwlSpec
+
+app = typer.Typer(
+    name="dpcausal",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Differentially private causal inference from tabular files, with a privacy ledger.",
+)
+
+SPEC_MODELS: dict[str, type] = {"owl": OwlSpec}
+
+app.command("owl")(owl)
+app.add_typer(audit_cli.app, name="audit")
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"dpcausal {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    """Differentially private causal inference from tabular files, with a privacy ledger."""
+
+
+@app.command("schema")
+def schema(command: Annotated[str, typer.Argument(help="A command name, e.g. owl.")]) -> None:
+    """Print the JSON Schema of a command's spec."""
+
+    def body() -> None:
+        model = SPEC_MODELS.get(command)
+        if model is None:
+            raise SpecError(
+                f"unknown command '{command}'; choose one of: {', '.join(sorted(SPEC_MODELS))}"
+            )
+        sys.stdout.write(json.dumps(model.model_json_schema(), indent=2) + "\n")
+
+    guarded(body)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

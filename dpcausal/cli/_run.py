@@ -1,0 +1,163 @@
+"""The one place errors become exit codes, and the terminal output of release commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from dpcausal.errors import EXIT_INTERNAL, DPCausalError
+from dpcausal.methods.base import MethodDef
+from dpcausal.pipeline import RunResult, execute
+from dpcausal.spec.load import load_spec
+
+T = TypeVar("T")
+
+
+def stdout_console() -> Console:
+    """Console for the human summary (stdout)."""
+    return Console(highlight=False, soft_wrap=True)
+
+
+def stderr_console() -> Console:
+    """Console for progress and errors (stderr)."""
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def guarded(fn: Callable[[], T]) -> T:
+    """Run ``fn``; map a DPCausalError to its exit code and anything else to 1 (a bug)."""
+    try:
+        return fn()
+    except DPCausalError as exc:
+        stderr_console().print(f"error: {exc}", markup=False)
+        raise typer.Exit(exc.exit_code) from None
+    except (typer.Exit, typer.Abort):
+        raise
+    except Exception as exc:
+        stderr_console().print(
+            f"internal error (this is a bug in dpcausal; please report it with the command you ran): "
+            f"{type(exc).__name__}: {exc}",
+            markup=False,
+        )
+        if os.environ.get("DPCAUSAL_DEBUG"):
+            traceback.print_exc()
+        raise typer.Exit(EXIT_INTERNAL) from None
+
+
+def show_progress(quiet: bool) -> bool:
+    """Progress only on a terminal, never under CI, NO_COLOR or --quiet."""
+    return (
+        not quiet
+        and sys.stderr.isatty()
+        and not os.environ.get("CI")
+        and "NO_COLOR" not in os.environ
+    )
+
+
+@contextmanager
+def status(message: str, quiet: bool) -> Iterator[None]:
+    """A spinner on stderr while ``message`` runs (TTY only)."""
+    ctx = stderr_console().status(message) if show_progress(quiet) else nullcontext()
+    with ctx:
+        yield
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    return str(x)
+
+
+def print_plan(result: RunResult, console: Console) -> None:
+    """The privacy plan as a table (dry run, and the top of every release summary)."""
+    plan = result.plan
+    cost = plan.cost
+    console.print(
+        f"[bold]{plan.command}[/bold] privacy plan: {len(plan.events)} mechanism(s), "
+        f"total ε = {_fmt(cost.epsilon)}, δ = {_fmt(cost.delta)}, "
+        f"guarantee: {plan.guarantee if plan.dp_guarantee else 'NONE (uncertified)'}; "
+        f"{result.n_rows} rows; neighbours: {plan.neighbouring.get('relation')} "
+        f"{plan.neighbouring.get('unit', '')}"
+    )
+    table = Table(show_header=True, header_style="bold")
+    for col in ("stage", "mechanism", "ε", "δ", "sensitivity", "noise scale"):
+        table.add_column(col)
+    for ev in plan.events:
+        table.add_row(ev.stage, ev.kind, _fmt(ev.epsilon), _fmt(ev.delta),
+                      f"{_fmt(ev.sensitivity)} ({ev.norm})", _fmt(ev.noise_scale))
+    console.print(table)
+    for key, val in plan.details.items():
+        if not isinstance(val, dict | list):
+            console.print(f"  {key}: {_fmt(val)}", markup=False)
+    state = result.ledger_state
+    if state is not None:
+        console.print(
+            f"ledger '{state.dataset}': spent ε={_fmt(state.spent.epsilon)} δ={_fmt(state.spent.delta)}"
+            f" → after this run ε={_fmt(state.after.epsilon)} δ={_fmt(state.after.delta)}"
+            f" (cap ε={_fmt(state.cap.epsilon)} δ={_fmt(state.cap.delta)})",
+            markup=False,
+        )
+    else:
+        console.print("ledger: none (the run is receipted but not capped)")
+
+
+def emit(result: RunResult, *, as_json: bool, quiet: bool) -> None:
+    """Print the outcome: one JSON object with --json, else a short human summary."""
+    if as_json:
+        if result.dry_run:
+            obj: dict[str, Any] = result.plan_dict()
+        else:
+            assert result.receipt is not None
+            obj = {**result.receipt, "output_paths": [str(p) for p in result.output_paths],
+                   "summary": result.summary}
+        sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False) + "\n")
+        return
+    if quiet:
+        return
+    console = stdout_console()
+    print_plan(result, console)
+    if result.dry_run:
+        console.print("dry run: no data row was read, nothing was spent or written.")
+        return
+    for key, val in result.summary.items():
+        console.print(f"  {key}: {_fmt(val)}", markup=False)
+    console.print("wrote: " + ", ".join(str(p) for p in result.output_paths), markup=False)
+
+
+def run_release_command(
+    method: MethodDef,
+    *,
+    spec_path: Path,
+    data: Path | None,
+    out: Path | None,
+    ledger: Path | None,
+    seed: int | None,
+    dry_run: bool,
+    as_json: bool,
+    quiet: bool,
+    test_noise_seed: int | None,
+) -> None:
+    """Load the spec, apply overrides, execute, print. Exit codes per DESIGN §3."""
+
+    def body() -> None:
+        spec, sha = load_spec(spec_path, method.spec_model)
+        spec = spec.with_overrides(data=data, out=out, ledger=ledger)
+        if test_noise_seed is not None:
+            stderr_console().print(
+                "warning: --test-noise-seed makes the noise reproducible; this run has NO "
+                "differential privacy guarantee and its receipt says so", markup=False)
+        with status(f"dpcausal {method.command}: running", quiet or as_json):
+            result = execute(method, spec, sha, seed=seed, dry_run=dry_run,
+                             test_noise_seed=test_noise_seed)
+        emit(result, as_json=as_json, quiet=quiet)
+
+    guarded(body)

@@ -1,0 +1,73 @@
+"""The user-facing error tree and the exit codes of the CLI contract (DESIGN §3).
+
+Every error a user can cause is a :class:`DPCausalError` whose message names the file, the field or
+column, what was wrong and how to fix it. The CLI maps ``exit_code`` in exactly one place
+(``dpcausal.cli._run``); anything else that escapes is a bug and exits 1.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_PRIVACY = 3
+EXIT_AUDIT = 4
+EXIT_IO = 5
+
+
+class DPCausalError(Exception):
+    """Base class of errors that are fed back to the user with an exit code."""
+
+    exit_code: int = EXIT_INTERNAL
+
+
+class SpecError(DPCausalError):
+    """The YAML spec or a command-line option is invalid."""
+
+    exit_code = EXIT_USAGE
+
+
+class DataError(DPCausalError):
+    """The data file is missing, malformed or does not match the spec."""
+
+    exit_code = EXIT_USAGE
+
+
+class SolverError(DPCausalError):
+    """A numerical solve did not reach the accuracy its sensitivity bound assumes."""
+
+    exit_code = EXIT_USAGE
+
+
+class PrivacyError(DPCausalError):
+    """The run was refused by privacy policy."""
+
+    exit_code = EXIT_PRIVACY
+
+
+class BudgetExceededError(PrivacyError):
+    """The plan would take the dataset's spend past its ledger cap."""
+
+
+class MissingBoundsError(PrivacyError):
+    """A public bound the sensitivity depends on is missing from the spec."""
+
+
+class UncertifiedModeError(PrivacyError):
+    """A mode without a proven guarantee was requested without ``allow_uncertified``."""
+
+
+class AuditViolation(DPCausalError):
+    """An audit found a broken ledger, receipt or privacy claim."""
+
+    exit_code = EXIT_AUDIT
+
+
+class OutputError(DPCausalError):
+    """Writing an output, or locking or reading the ledger, failed."""
+
+    exit_code = EXIT_IO
+
+
+class LedgerLockError(OutputError):
+    """The ledger lock could not be taken in time."""

@@ -1,0 +1,1 @@
+"""Reading tables and writing outputs. No privacy logic lives here."""

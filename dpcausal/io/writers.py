@@ -1,0 +1,71 @@
+"""Render outputs to bytes and write them atomically (temp file, fsync, os.replace)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dpcausal.errors import OutputError
+
+
+def json_bytes(obj: Any) -> bytes:
+    """Pretty, deterministic JSON (no NaN)."""
+    return (json.dumps(obj, indent=2, allow_nan=False) + "\n").encode()
+
+
+def csv_bytes(frame: pd.DataFrame) -> bytes:
+    """CSV without the index; floats in shortest round-trip form."""
+    return frame.to_csv(index=False, lineterminator="\n").encode()
+
+
+def parquet_bytes(frame: pd.DataFrame) -> bytes:
+    """Parquet (zstd) without the pandas index."""
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), buf, compression="zstd")
+    return buf.getvalue()
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write the output: {exc.strerror}") from exc
+
+
+def check_writable_dir(path: Path) -> None:
+    """Refuse early (before spending) when the output directory cannot be created or written."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".dpcausal-probe-", delete=True)
+        probe.close()
+    except OSError as exc:
+        raise OutputError(
+            f"{path}: the output directory cannot be written ({exc.strerror}); "
+            "fix output.dir or pass --out DIR"
+        ) from exc

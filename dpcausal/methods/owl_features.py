@@ -1,0 +1,136 @@
+"""The public feature map of ``owl``: clip, scale, (random Fourier features), intercept, row norm ≤ 1.
+
+Everything here is a fixed per-row transformation built from public bounds and a public seed, so it
+does not change a sensitivity: every mapped row satisfies ‖v(x)‖₂ ≤ 1 (assumption A1 of the paper)
+whatever x is, including values outside the bounds (they are clipped first).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class FeatureMap:
+    """A saved, data-independent map from raw covariates to the unit ball.
+
+    Parameters
+    ----------
+    names
+        Covariate names, in order.
+    lower, upper
+        Public per-covariate bounds.
+    scaling
+        ``minmax`` maps each clipped covariate to [0, 1]; ``maxabs`` divides it by max(|lo|, |hi|).
+    intercept
+        Append a constant feature (penalised like the others).
+    omega, offset
+        Random Fourier feature projection (``kernel == "rff"``), or None.
+    """
+
+    names: tuple[str, ...]
+    lower: FloatArray
+    upper: FloatArray
+    scaling: str
+    intercept: bool
+    omega: FloatArray | None = None
+    offset: FloatArray | None = None
+
+    @property
+    def kernel(self) -> str:
+        """``linear`` or ``rff``."""
+        return "linear" if self.omega is None else "rff"
+
+    @property
+    def dim(self) -> int:
+        """d = dim θ, counting the intercept and the random features."""
+        base = len(self.names) if self.omega is None else self.omega.shape[1]
+        return base + int(self.intercept)
+
+    def scale(self, x: FloatArray) -> FloatArray:
+        """Clip to the bounds, then scale each column."""
+        xc = np.clip(x, self.lower, self.upper)
+        if self.scaling == "minmax":
+            return (xc - self.lower) / (self.upper - self.lower)
+        return xc / np.maximum(np.abs(self.lower), np.abs(self.upper))
+
+    def transform(self, x: FloatArray) -> FloatArray:
+        """Map raw rows to v(x) with ‖v(x)‖₂ ≤ 1."""
+        s = self.scale(np.asarray(x, dtype=np.float64))
+        if self.omega is not None and self.offset is not None:
+            s = np.cos(s @ self.omega + self.offset)
+        if self.intercept:
+            s = np.hstack([np.ones((s.shape[0], 1)), s])
+        return s / math.sqrt(s.shape[1])
+
+    def original_units(self, theta: FloatArray) -> dict[str, float] | None:
+        """For a linear map: f(x) = c₀ + Σ c_j x_j for x inside the bounds (post-processing)."""
+        if self.omega is not None:
+            return None
+        root_d = math.sqrt(self.dim)
+        coef = theta[int(self.intercept):] / root_d
+        const = float(theta[0]) / root_d if self.intercept else 0.0
+        if self.scaling == "minmax":
+            width = self.upper - self.lower
+            slopes = coef / width
+            const -= float(slopes @ self.lower)
+        else:
+            slopes = coef / np.maximum(np.abs(self.lower), np.abs(self.upper))
+        out = {"(intercept)": const}
+        out.update({n: float(c) for n, c in zip(self.names, slopes, strict=True)})
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The rule file's ``feature_map``."""
+        doc: dict[str, Any] = {
+            "covariates": list(self.names),
+            "bounds": {n: [float(lo), float(hi)] for n, lo, hi in
+                       zip(self.names, self.lower, self.upper, strict=True)},
+            "scaling": self.scaling,
+            "intercept": self.intercept,
+            "row_norm_divisor": math.sqrt(self.dim),
+            "kernel": self.kernel,
+        }
+        if self.omega is not None and self.offset is not None:
+            doc["rff"] = {"omega": self.omega.tolist(), "offset": self.offset.tolist()}
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> FeatureMap:
+        """Rebuild from a rule file (raises KeyError/ValueError on a malformed one)."""
+        names = tuple(doc["covariates"])
+        bounds = np.array([doc["bounds"][n] for n in names], dtype=np.float64).reshape(len(names), 2)
+        omega = offset = None
+        if doc["kernel"] == "rff":
+            omega = np.array(doc["rff"]["omega"], dtype=np.float64)
+            offset = np.array(doc["rff"]["offset"], dtype=np.float64)
+            if omega.ndim != 2 or omega.shape[0] != len(names) or offset.shape != (omega.shape[1],):
+                raise ValueError("rff omega/offset have the wrong shape")
+        elif doc["kernel"] != "linear":
+            raise ValueError(f"unknown kernel {doc['kernel']!r}")
+        if doc["scaling"] not in ("minmax", "maxabs"):
+            raise ValueError(f"unknown scaling {doc['scaling']!r}")
+        fmap = cls(names, bounds[:, 0], bounds[:, 1], doc["scaling"], bool(doc["intercept"]),
+                   omega, offset)
+        if not np.all(bounds[:, 0] < bounds[:, 1]):
+            raise ValueError("every bound must have lo < hi")
+        return fmap
+
+
+def random_fourier_projection(
+    n_features: int, dim: int, bandwidth: float, *, rng: np.random.Generator
+) -> tuple[FloatArray, FloatArray]:
+    """Draw ω ~ N(0, bandwidth⁻² I) (one column per feature) and b ~ U(−π, π), from a public seed.
+
+    E[2 cos(ωᵀs + b) cos(ωᵀs′ + b)] = exp(−‖s − s′‖²/(2·bandwidth²)) (Rahimi & Recht 2007).
+    """
+    omega = rng.normal(0.0, 1.0 / bandwidth, size=(n_features, dim))
+    offset = rng.uniform(-math.pi, math.pi, size=dim)
+    return omega, offset

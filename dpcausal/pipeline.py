@@ -1,0 +1,150 @@
+"""Run one release end to end; the library API the CLI and the tests share.
+
+Order (DESIGN §1.2): spec → data schema and row count → plan (public inputs only) → ledger check →
+``--dry-run`` stops here → read rows → estimate and noise → charge the ledger (under its lock,
+re-checking the cap) → write outputs and the receipt atomically. Charging before writing means a
+crash can waste budget but can never publish an uncharged release.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dpcausal.accounting.budget import Budget
+from dpcausal.accounting.ledger import Ledger, LedgerState
+from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.accounting.receipt import build_receipt, finalize, sha256_bytes
+from dpcausal.io import tables
+from dpcausal.io.writers import atomic_write, check_writable_dir, csv_bytes, json_bytes, parquet_bytes
+from dpcausal.mechanisms import noise_generator
+from dpcausal.methods.base import MethodDef, Release
+from dpcausal.rng import make_rng
+from dpcausal.spec.base import CommonSpec
+
+
+@dataclass
+class RunResult:
+    """What a run did: its plan, the ledger state, and (unless a dry run) the receipt and files."""
+
+    plan: PrivacyPlan
+    n_rows: int
+    ledger_state: LedgerState | None
+    dry_run: bool
+    receipt: dict[str, Any] | None = None
+    output_paths: list[Path] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def plan_dict(self) -> dict[str, Any]:
+        """The plan as printed by ``--dry-run --json``."""
+        cost = self.plan.cost
+        return {
+            "command": self.plan.command,
+            "dry_run": self.dry_run,
+            "n_rows": self.n_rows,
+            "epsilon": cost.epsilon,
+            "delta": cost.delta,
+            "guarantee": self.plan.guarantee if self.plan.dp_guarantee else "none",
+            "dp_guarantee": self.plan.dp_guarantee,
+            "neighbouring": self.plan.neighbouring,
+            "events": [e.to_dict() for e in self.plan.events],
+            "assumptions": self.plan.assumptions,
+            "details": self.plan.details,
+            "ledger": self.ledger_state.to_dict() if self.ledger_state else None,
+        }
+
+
+def render_release(release: Release, *, parquet: bool) -> dict[str, bytes]:
+    """File name → bytes, for every output of ``release``."""
+    files: dict[str, bytes] = {}
+    for name, doc in release.documents.items():
+        files[name] = json_bytes(doc)
+    for stem, frame in release.tables.items():
+        files[f"{stem}.csv"] = csv_bytes(frame)
+        if parquet:
+            files[f"{stem}.parquet"] = parquet_bytes(frame)
+    files.update(release.figures)
+    return files
+
+
+def execute(
+    method: MethodDef,
+    spec: CommonSpec,
+    spec_sha256: str,
+    *,
+    seed: int | None = None,
+    dry_run: bool = False,
+    test_noise_seed: int | None = None,
+) -> RunResult:
+    """Plan, check, and (unless ``dry_run``) run and release.
+
+    Parameters
+    ----------
+    method
+        The command's method.
+    spec
+        The validated spec, with CLI overrides applied.
+    spec_sha256
+        Hash of the spec file (for the receipt).
+    seed
+        Seed for public randomness only (splits, public simulations).
+    dry_run
+        Stop after the plan and the ledger check; read no row.
+    test_noise_seed
+        Make the privacy noise reproducible. For tests only: the receipt then says
+        ``dp_guarantee: false``.
+    """
+    info = tables.inspect_table(spec.data.path)
+    tables.check_columns(info, method.data_columns(spec))
+    side_specs = method.side_inputs(spec)
+    side = {
+        name: tables.read_table(s.path, s.columns or list(tables.inspect_table(s.path, s.what).columns),
+                                s.what)
+        for name, s in side_specs.items()
+    }
+    rng = make_rng(seed)
+    plan = method.plan(spec, info.n_rows, side, rng=rng)
+    ledger = Ledger(spec.ledger.path) if spec.ledger else None
+    state = None
+    cap = None
+    if ledger is not None and spec.ledger is not None:
+        cap = Budget(spec.ledger.budget.epsilon, spec.ledger.budget.delta)
+        state = ledger.state(spec.ledger.dataset, plan.cost, cap)
+        Ledger.check(state)
+    result = RunResult(plan=plan, n_rows=info.n_rows, ledger_state=state, dry_run=dry_run)
+    if dry_run:
+        return result
+
+    out_dir = Path(spec.output.dir)
+    check_writable_dir(out_dir)
+    frame = tables.read_table(spec.data.path, method.data_columns(spec))
+    noise_rng = noise_generator(test_noise_seed)
+    release = method.run(spec, frame, plan, side, rng=rng, noise_rng=noise_rng)
+    del frame
+    files = render_release(release, parquet=info.format == "parquet")
+    receipt = build_receipt(
+        plan,
+        spec_sha256=spec_sha256,
+        outputs={name: sha256_bytes(data) for name, data in files.items()},
+        seeded_noise=test_noise_seed is not None,
+        dataset=spec.ledger.dataset if spec.ledger else None,
+    )
+    if ledger is not None and spec.ledger is not None and cap is not None:
+        receipt = ledger.append(receipt, dataset=spec.ledger.dataset, cap=cap, requested=plan.cost)
+        result.ledger_state = LedgerState(
+            spec.ledger.dataset,
+            Budget(**receipt["ledger"]["spent_before"]),
+            plan.cost,
+            cap,
+        )
+    else:
+        receipt = finalize({**receipt, "ledger": None}, None)
+    for name, data in files.items():
+        atomic_write(out_dir / name, data)
+        result.output_paths.append(out_dir / name)
+    atomic_write(out_dir / "receipt.json", json_bytes(receipt))
+    result.output_paths.append(out_dir / "receipt.json")
+    result.receipt = receipt
+    result.summary = release.summary
+    return result

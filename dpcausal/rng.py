@@ -1,0 +1,14 @@
+"""The one factory for *non-private* randomness (splits, public random features, simulations).
+
+Privacy noise never comes from here: it comes from :func:`dpcausal.mechanisms.noise_generator`,
+which is seeded by OS entropy. ``--seed`` reaches only this function.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def make_rng(seed: int | None) -> np.random.Generator:
+    """Return a generator for public randomness; ``None`` seeds it from OS entropy."""
+    return np.random.default_rng(seed)

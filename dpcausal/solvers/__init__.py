@@ -1,0 +1,1 @@
+"""Numerical solvers: strongly convex ERM to a stated gradient tolerance, closed forms."""

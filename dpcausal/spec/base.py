@@ -1,0 +1,139 @@
+"""The sections every command's spec shares: data, bounds, privacy, ledger, output."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from dpcausal.errors import SpecError
+
+
+class StrictModel(BaseModel):
+    """A frozen model that rejects unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_interval(v: tuple[float, float]) -> tuple[float, float]:
+    lo, hi = v
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError(f"bounds must be finite numbers, got [{lo}, {hi}]")
+    if not lo < hi:
+        raise ValueError(f"lower bound must be < upper bound, got [{lo}, {hi}]")
+    return v
+
+
+Interval = Annotated[tuple[float, float], AfterValidator(_check_interval)]
+"""A public [lo, hi] range with lo < hi, both finite."""
+
+ColumnName = Annotated[str, Field(min_length=1)]
+
+
+class ColumnsSpec(StrictModel):
+    """Column roles in the data file (each command says which it needs)."""
+
+    outcome: ColumnName | None = None
+    treatment: ColumnName | None = None
+    covariates: list[ColumnName] = Field(default_factory=list)
+    propensity: ColumnName | None = None
+    unit: ColumnName | None = None
+    time: ColumnName | None = None
+
+    @model_validator(mode="after")
+    def _distinct(self) -> ColumnsSpec:
+        names = [n for n in (self.outcome, self.treatment, self.propensity, self.unit, self.time) if n]
+        names += list(self.covariates)
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"a column may have only one role; repeated: {', '.join(dup)}")
+        return self
+
+
+class DataSpec(StrictModel):
+    """Where the sensitive data is and what its columns mean."""
+
+    path: Path | None = None
+    columns: ColumnsSpec = Field(default_factory=ColumnsSpec)
+
+
+class BoundsSpec(StrictModel):
+    """Public bounds. Never derived from data; a method refuses to run without the ones it needs."""
+
+    outcome: Interval | None = None
+    covariates: Interval | dict[str, Interval] | None = None
+
+    def covariate(self, name: str) -> tuple[float, float] | None:
+        """The bound of covariate ``name``, or None if the spec has none."""
+        if self.covariates is None:
+            return None
+        if isinstance(self.covariates, dict):
+            return self.covariates.get(name)
+        return self.covariates
+
+
+def _finite_positive(v: float) -> float:
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"must be a finite number > 0, got {v}")
+    return v
+
+
+PositiveFinite = Annotated[float, AfterValidator(_finite_positive)]
+
+
+class PrivacySpec(StrictModel):
+    """The privacy parameters of this run."""
+
+    epsilon: PositiveFinite
+    delta: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+
+
+class BudgetSpec(StrictModel):
+    """A dataset's lifetime cap."""
+
+    epsilon: PositiveFinite
+    delta: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+
+
+class LedgerSpec(StrictModel):
+    """The persistent ledger that caps a dataset's total spend."""
+
+    path: Path
+    dataset: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/@+-]+$")]
+    budget: BudgetSpec
+
+
+class OutputSpec(StrictModel):
+    """Where released files go."""
+
+    dir: Path = Path("dpcausal-out")
+
+
+class CommonSpec(StrictModel):
+    """Fields every command's spec has; a command adds a section named after itself."""
+
+    data: DataSpec = Field(default_factory=DataSpec)
+    bounds: BoundsSpec = Field(default_factory=BoundsSpec)
+    privacy: PrivacySpec
+    ledger: LedgerSpec | None = None
+    output: OutputSpec = Field(default_factory=OutputSpec)
+
+    def with_overrides(
+        self, *, data: Path | None = None, out: Path | None = None, ledger: Path | None = None
+    ) -> Any:
+        """Return a copy with the CLI's --data / --out / --ledger applied."""
+        update: dict[str, Any] = {}
+        if data is not None:
+            update["data"] = self.data.model_copy(update={"path": data})
+        if out is not None:
+            update["output"] = self.output.model_copy(update={"dir": out})
+        if ledger is not None:
+            if self.ledger is None:
+                raise SpecError(
+                    "--ledger was given but the spec has no 'ledger' section; add "
+                    "ledger: {path: ..., dataset: NAME, budget: {epsilon: CAP}} to the spec"
+                )
+            update["ledger"] = self.ledger.model_copy(update={"path": ledger})
+        return self.model_copy(update=update)

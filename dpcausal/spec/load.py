@@ -1,0 +1,81 @@
+"""Load a YAML spec into a command's model, turning every problem into one actionable sentence."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from dpcausal.errors import SpecError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            # pydantic names union branches ("tuple[float, float]", "function-after[...]"): skip them
+            if "[" in item or item.startswith(("function-", "tuple", "dict", "list")):
+                continue
+            parts.append(("." if parts else "") + item)
+    return "".join(parts) or "(top level)"
+
+
+def format_validation_error(path: Path, exc: ValidationError) -> str:
+    """One line per distinct problem: ``file: dotted.field: message (got ...)``."""
+    lines: list[str] = []
+    for err in exc.errors():
+        where = _field_path(tuple(err["loc"]))
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field; remove it or check its spelling (see 'dpcausal schema')"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        else:
+            msg = msg.removeprefix("Value error, ")
+            if "input" in err and not isinstance(err["input"], dict | list):
+                msg += f" (got {err['input']!r})"
+        line = f"{path}: {where}: {msg}"
+        if line not in lines:
+            lines.append(line)
+    return "\n".join(lines[:8]) + (f"\n... and {len(lines) - 8} more" if len(lines) > 8 else "")
+
+
+def read_spec_bytes(path: Path) -> bytes:
+    """Read the spec file, mapping OS errors to SpecError."""
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError as exc:
+        raise SpecError(f"{path}: spec file not found; check the --spec path") from exc
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read the spec file: {exc.strerror}") from exc
+
+
+def load_spec(path: Path, model: type[M]) -> tuple[M, str]:
+    """Parse ``path`` with ``yaml.safe_load`` and validate it as ``model``.
+
+    Returns the model and the SHA-256 of the file's bytes (recorded in the receipt).
+    """
+    raw = read_spec_bytes(path)
+    try:
+        doc = yaml.safe_load(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: the spec is not UTF-8 text") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(f"{path}: invalid YAML{where}: {problem}") from exc
+    if not isinstance(doc, dict):
+        raise SpecError(f"{path}: the spec must be a YAML mapping of sections (data, bounds, ...)")
+    try:
+        spec = model.model_validate(doc)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(path, exc)) from exc
+    return spec, hashlib.sha256(raw).hexdigest()
