@@ -1,0 +1,54 @@
+"""Helpers shared by the tests (named without ``test`` so pytest does not collect them)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from scipy import stats
+from typer.testing import CliRunner
+
+from dpcausal.cli import app
+
+# Three-arm noise-law tests (DESIGN §6): the sample must pass at the claimed scale and be rejected at
+# 0.7x and 1.3x. The arms are explicit so that a typo cannot merge them (Tumult's bug, STYLE §4).
+SCALE_FACTORS: tuple[float, float, float] = (0.7, 1.0, 1.3)
+P_ACCEPT = 1e-4
+P_REJECT = 1e-6
+
+
+def ks_three_arm(
+    sample: np.ndarray, cdf_at_scale: Callable[[np.ndarray, float], np.ndarray], scale: float
+) -> dict[float, float]:
+    """KS p-values of ``sample`` against the law at ``factor * scale`` for each factor."""
+    return {
+        f: float(stats.kstest(sample, lambda x, s=f * scale: cdf_at_scale(x, s)).pvalue)
+        for f in SCALE_FACTORS
+    }
+
+
+def assert_three_arm(pvalues: dict[float, float]) -> None:
+    """True scale accepted, both perturbed scales rejected."""
+    assert pvalues[1.0] > P_ACCEPT, f"true scale rejected: {pvalues}"
+    assert pvalues[0.7] < P_REJECT, f"0.7x scale not rejected: {pvalues}"
+    assert pvalues[1.3] < P_REJECT, f"1.3x scale not rejected: {pvalues}"
+
+
+def invoke(args: Sequence[str], **kwargs: Any) -> Any:
+    """Run the CLI in-process; returns the click Result (exit_code, stdout, stderr)."""
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False, **kwargs)
+
+
+def write_yaml(path: Path, doc: dict[str, Any]) -> Path:
+    """Write ``doc`` as YAML to ``path`` and return it."""
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def read_json(path: Path) -> Any:
+    """Load a JSON file."""
+    return json.loads(Path(path).read_text())
