@@ -17,7 +17,14 @@ from dpcausal.accounting.ledger import Ledger, LedgerState
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.accounting.receipt import build_receipt, finalize, sha256_bytes
 from dpcausal.io import tables
-from dpcausal.io.writers import atomic_write, check_writable_dir, csv_bytes, json_bytes, parquet_bytes
+from dpcausal.io.documents import read_document
+from dpcausal.io.writers import (
+    atomic_write,
+    check_writable_dir,
+    csv_bytes,
+    json_bytes,
+    parquet_bytes,
+)
 from dpcausal.mechanisms import noise_generator
 from dpcausal.methods.base import MethodDef, Release
 from dpcausal.rng import make_rng
@@ -99,8 +106,9 @@ def execute(
     tables.check_columns(info, method.data_columns(spec))
     side_specs = method.side_inputs(spec)
     side = {
-        name: tables.read_table(s.path, s.columns or list(tables.inspect_table(s.path, s.what).columns),
-                                s.what)
+        name: read_document(s.path, s.what) if s.kind == "document" else
+        tables.read_table(s.path, s.columns or list(tables.inspect_table(s.path, s.what).columns),
+                          s.what)
         for name, s in side_specs.items()
     }
     rng = make_rng(seed)

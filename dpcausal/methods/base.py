@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -14,11 +14,16 @@ from dpcausal.accounting.plan import PrivacyPlan
 
 @dataclass(frozen=True, slots=True)
 class SideInput:
-    """A public file a method reads besides the sensitive data (tuning data, rows to score)."""
+    """A public file a method reads besides the sensitive data (tuning data, rows to score).
+
+    ``kind="table"`` (default) is read as a CSV/Parquet table (a DataFrame); ``kind="document"``
+    is a YAML/JSON file parsed with ``yaml.safe_load`` (e.g. a policy library, a public model).
+    """
 
     path: Path
     columns: list[str] | None  # None: every column
     what: str
+    kind: Literal["table", "document"] = "table"
 
 
 @dataclass(frozen=True)
