@@ -65,12 +65,13 @@ class Ledger:
     path
         The JSONL file; created on the first append.
     lock_timeout
-        Seconds to wait for the lock before failing with exit code 5.
+        Seconds to wait for the lock before failing with exit code 5 (default
+        ``LOCK_TIMEOUT_SECONDS``, 60 s).
     """
 
-    def __init__(self, path: Path, *, lock_timeout: float = LOCK_TIMEOUT_SECONDS) -> None:
+    def __init__(self, path: Path, *, lock_timeout: float | None = None) -> None:
         self.path = Path(path)
-        self.lock_timeout = lock_timeout
+        self.lock_timeout = LOCK_TIMEOUT_SECONDS if lock_timeout is None else lock_timeout
 
     @contextmanager
     def _locked(self) -> Iterator[None]:

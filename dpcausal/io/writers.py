@@ -58,14 +58,21 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def check_writable_dir(path: Path) -> None:
-    """Refuse early (before spending) when the output directory cannot be created or written."""
-    path = Path(path)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".dpcausal-probe-", delete=True)
-        probe.close()
-    except OSError as exc:
+    """Refuse early (before spending) when ``path`` could not be created or written.
+
+    Creates nothing: a refused or failed run leaves no empty output directory behind.
+    """
+    path = Path(path).absolute()
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
         raise OutputError(
-            f"{path}: the output directory cannot be written ({exc.strerror}); "
+            f"{path}: cannot create the output directory ({probe} is not a directory); "
             "fix output.dir or pass --out DIR"
-        ) from exc
+        )
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise OutputError(
+            f"{path}: the output directory cannot be written (no write permission on {probe}); "
+            "fix output.dir or pass --out DIR"
+        )

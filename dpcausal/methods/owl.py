@@ -158,7 +158,8 @@ def prepare(spec: OwlSpec, setup: OwlSetup, frame: pd.DataFrame, path: Path | No
     cols = spec.data.columns
     sec = spec.owl
     x = np.column_stack([numeric_column(frame, c, path) for c in cols.covariates])
-    assert cols.outcome is not None and cols.treatment is not None
+    assert cols.outcome is not None
+    assert cols.treatment is not None
     b = numeric_column(frame, cols.outcome, path)
     if sec.outcome_direction == "lower":
         b = -b
