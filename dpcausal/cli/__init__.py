@@ -12,8 +12,10 @@ from dpcausal import __version__
 from dpcausal.cli import audit as audit_cli
 from dpcausal.cli._run import guarded
 from dpcausal.cli.owl import owl
+from dpcausal.cli.select_policy import select_policy
 from dpcausal.errors import SpecError
 from dpcausal.spec.owl import OwlSpec
+from dpcausal.spec.select_policy import SelectPolicySpec
 
 app = typer.Typer(
     name="dpcausal",
@@ -24,8 +26,10 @@ app = typer.Typer(
 )
 
 SPEC_MODELS: dict[str, type] = {"owl": OwlSpec}
+SPEC_MODELS["select-policy"] = SelectPolicySpec
 
 app.command("owl")(owl)
+app.command("select-policy")(select_policy)
 app.add_typer(audit_cli.app, name="audit")
 
 

@@ -1,0 +1,313 @@
+"""select-policy through the real CLI: regimes, --dry-run, --json, the ledger, every exit code."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from cli_tests.helpers import invoke, read_json, write_yaml
+from dpcausal.mechanisms import noise_generator
+from dpcausal.methods import select_policy as sp
+from dpcausal.pipeline import execute
+from dpcausal.spec.select_policy import SelectPolicySpec
+
+REPO = Path(__file__).resolve().parents[2]
+CMD = "select-policy"
+DATA = "sample_data/select_policy_obs.csv"
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the configs and sample data, in a temporary current directory."""
+    shutil.copytree(REPO / "sample_data", tmp_path / "sample_data")
+    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def spec_doc() -> dict[str, Any]:
+    return yaml.safe_load((REPO / "configs" / "select_policy.yaml").read_text())
+
+
+def write_spec(path: Path, mutate: Any = None) -> Path:
+    doc = spec_doc()
+    if mutate:
+        mutate(doc)
+    return write_yaml(path, doc)
+
+
+def test_example_config_releases_selection_and_receipt(workdir: Path) -> None:
+    res = invoke([CMD, "--spec", "configs/select_policy.yaml"])
+    assert res.exit_code == 0, res.output
+    out = workdir / "out" / "select_policy"
+    sel, receipt = read_json(out / "selection.json"), read_json(out / "receipt.json")
+    assert {o["path"] for o in receipt["outputs"]} == {"selection.json"}
+    assert sel["selected"]["name"] in {p["name"] for p in yaml.safe_load(
+        Path("configs/policies_example.yaml").read_text())["policies"]}
+    assert sel["regime"] == "learned"
+    assert len(sel["library"]["sha256"]) == 64
+    assert sel["privacy"]["sensitivity"] == pytest.approx(28.6141, abs=1e-4)
+    cert = sel["privacy"]["certificate"]
+    assert round(cert["rho_star"], 7) == 0.0190761
+    assert cert["floor_2Bpsi"] == 22.0
+    # never utilities, probabilities or nuisance fits
+    text = (out / "selection.json").read_text().lower()
+    for word in ("utilit", "probab", "theta\"", "rmse", "score\""):
+        assert word not in text
+    assert receipt["command"] == CMD
+    assert receipt["guarantee"] == "pure"
+    assert receipt["dp_guarantee"] is True
+    ev = receipt["events"][0]
+    assert ev["kind"] == "exponential"
+    assert ev["params"]["regime"] == "learned"
+    assert ev["params"]["library_sha256"] == sel["library"]["sha256"]
+    assert receipt["neighbouring"]["relation"] == "replace-one"
+    assert "D_tr" in receipt["neighbouring"]["protected"]
+    ledger = (workdir / "out" / "ledger.jsonl").read_text().splitlines()
+    assert json.loads(ledger[0]) == receipt
+    assert invoke(["audit", "verify", "--ledger", "out/ledger.jsonl",
+                   "--receipt", str(out / "receipt.json")]).exit_code == 0
+
+
+def test_json_output_is_the_receipt_and_equals_library(workdir: Path) -> None:
+    res = invoke([CMD, "--spec", "configs/select_policy.yaml", "--json", "--out", "o2",
+                  "--test-noise-seed", "3"])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.stdout)
+    receipt = read_json(workdir / "o2" / "receipt.json")
+    assert {k: v for k, v in obj.items() if k not in ("output_paths", "summary")} == receipt
+    assert receipt["dp_guarantee"] is False
+    assert receipt["rng"] == "seeded-test"
+    spec = SelectPolicySpec.model_validate(spec_doc()).with_overrides(out=Path("o3"))
+    spec = spec.model_copy(update={"ledger": None})
+    lib = execute(sp.METHOD, spec, "x", test_noise_seed=3)
+    assert read_json(workdir / "o3" / "selection.json") == read_json(
+        workdir / "o2" / "selection.json")
+    assert obj["summary"]["selected_policy"] == lib.summary["selected_policy"]
+
+
+def test_huge_epsilon_selects_the_argmax_utility(workdir: Path) -> None:
+    def mutate(d: dict[str, Any]) -> None:
+        d["privacy"]["epsilon"] = 1e9
+        d.pop("ledger")
+
+    spec_path = write_spec(workdir / "s.yaml", mutate)
+    spec = SelectPolicySpec.model_validate(yaml.safe_load(spec_path.read_text()))
+    frame = pd.read_csv(DATA)
+    plan = sp.plan(spec, len(frame), {"library": yaml.safe_load(
+        Path("configs/policies_example.yaml").read_text())}, rng=np.random.default_rng(0))
+    setup = sp.build_setup(spec, len(frame), {"library": yaml.safe_load(
+        Path("configs/policies_example.yaml").read_text())})
+    u = sp.compute_utilities(spec, setup, frame, {})
+    for seed in (1, 2, 3):
+        res = invoke([CMD, "--spec", spec_path, "--out", f"o{seed}", "--test-noise-seed",
+                      str(seed)])
+        assert res.exit_code == 0, res.output
+        assert read_json(workdir / f"o{seed}" / "selection.json")["selected"]["index"] == int(
+            np.argmax(u))
+    assert plan.details["M"] == 10
+
+
+def test_dry_run_reads_no_rows_and_prints_delta(workdir: Path) -> None:
+    frame = pd.read_csv(DATA)
+    frame["Y"] = "secret"
+    frame.to_csv(DATA, index=False)
+    res = invoke([CMD, "--spec", "configs/select_policy.yaml", "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.stdout)
+    assert plan["dry_run"] is True
+    assert plan["n_rows"] == 3000
+    det = plan["details"]
+    assert det["delta_cert"] == pytest.approx(28.6141, abs=1e-4)
+    assert det["regret_privacy_term"] == pytest.approx(
+        2 * det["delta_cert"] * (np.log(10) + np.log(20)) / 1500, rel=1e-9)
+    assert len(det["library_sha256"]) == 64
+    assert not (workdir / "out").exists()
+    human = invoke([CMD, "--spec", "configs/select_policy.yaml", "--dry-run"])
+    assert human.exit_code == 0
+    assert "delta_cert" in human.stdout
+    assert "regret_privacy_term" in human.stdout
+    res = invoke([CMD, "--spec", "configs/select_policy.yaml"])
+    assert res.exit_code == 2
+    assert "column 'Y'" in res.stderr
+    assert not (workdir / "out" / "ledger.jsonl").exists()
+
+
+def test_frozen_regime_protects_scoring_rows_only(workdir: Path) -> None:
+    def mutate(d: dict[str, Any]) -> None:
+        d["select_policy"].update(regime="frozen",
+                                  frozen_model="sample_data/select_policy_nuisance.json")
+
+    res = invoke([CMD, "--spec", write_spec(workdir / "f.yaml", mutate), "--json"])
+    assert res.exit_code == 0, res.output
+    receipt = json.loads(res.stdout)
+    assert "NOT protected" in receipt["neighbouring"]["protected"]
+    assert receipt["events"][0]["sensitivity"] == 22.0
+    assert receipt["assumptions"]["frozen_model"] == "sample_data/select_policy_nuisance.json"
+    sel = read_json(workdir / "out" / "select_policy" / "selection.json")
+    assert sel["regime"] == "frozen"
+    assert sel["privacy"]["n"] == 3000
+
+
+def test_fixed_regime_and_value_release_and_paper160(workdir: Path) -> None:
+    def mutate(d: dict[str, Any]) -> None:
+        d["select_policy"].update(
+            regime="fixed", library={"generator": "paper160", "seed": 7},
+            fixed_scores={"treated": "dr_treated", "control": "dr_control", "bound": 11.0},
+            value_release={"epsilon": 0.5})
+
+    res = invoke([CMD, "--spec", write_spec(workdir / "x.yaml", mutate), "--json"])
+    assert res.exit_code == 0, res.output
+    receipt = json.loads(res.stdout)
+    assert [e["kind"] for e in receipt["events"]] == ["exponential", "laplace"]
+    assert receipt["epsilon"] == pytest.approx(1.5)
+    assert receipt["events"][0]["sensitivity"] == 22.0
+    assert receipt["events"][1]["sensitivity"] == pytest.approx(22.0 / 3000)
+    assert receipt["ledger"]["spent_after"]["epsilon"] == pytest.approx(1.5)
+    sel = read_json(workdir / "out" / "select_policy" / "selection.json")
+    assert sel["library"]["size"] == 160
+    assert sel["library"]["generator"] == "paper160"
+    assert np.isfinite(sel["value_release"]["value"])
+    assert "user-asserted" in receipt["neighbouring"]["protected"]
+
+
+def test_permuted_split_and_trivial_certificate(workdir: Path) -> None:
+    def mutate(d: dict[str, Any]) -> None:
+        d["select_policy"].update(split={"kind": "permute", "seed": 11}, certificate="trivial")
+
+    res = invoke([CMD, "--spec", write_spec(workdir / "p.yaml", mutate), "--json"])
+    assert res.exit_code == 0, res.output
+    receipt = json.loads(res.stdout)
+    assert receipt["events"][0]["sensitivity"] == pytest.approx(1500 * 22.0)
+    assert receipt["assumptions"]["split"]["seed"] == 11
+
+
+def test_output_minimality_between_neighbours(workdir: Path) -> None:
+    """Spec §9.16: with a fixed test RNG, outputs for D and D′ differ only in the selection."""
+    frame = pd.read_csv(DATA)
+    frame.loc[5, ["Y", "A"]] = [1.0, 1 - frame.loc[5, "A"]]
+    frame.to_csv("neighbour.csv", index=False)
+    docs = []
+    for data, out in ((DATA, "oa"), ("neighbour.csv", "ob")):
+        res = invoke([CMD, "--spec", "configs/select_policy.yaml", "--data", data, "--out", out,
+                      "--test-noise-seed", "9", "--ledger", f"{out}.jsonl"])
+        assert res.exit_code == 0, res.output
+        docs.append(read_json(workdir / out / "selection.json"))
+    docs[0].pop("selected")
+    docs[1].pop("selected")
+    assert docs[0] == docs[1]
+
+
+def test_budget_is_enforced(workdir: Path) -> None:
+    spec_path = write_spec(workdir / "s.yaml", lambda d: d["ledger"]["budget"].update(epsilon=2.0))
+    assert invoke([CMD, "--spec", spec_path, "--quiet"]).exit_code == 0
+    assert invoke([CMD, "--spec", spec_path, "--quiet"]).exit_code == 0
+    res = invoke([CMD, "--spec", spec_path])
+    assert res.exit_code == 3
+    assert "budget" in res.stderr
+    assert invoke([CMD, "--spec", spec_path, "--dry-run"]).exit_code == 3
+
+
+@pytest.mark.parametrize(
+    ("mutate", "code", "message"),
+    [
+        (lambda d: d["select_policy"].update(zeta=0.7), 2, "select_policy.zeta"),
+        (lambda d: d["select_policy"].update(lamda_mu=3), 2, "lamda_mu: unknown field"),
+        (lambda d: d["data"]["columns"].update(outcome="nope"), 2, "'nope'"),
+        (lambda d: d["select_policy"].update(library={"path": "none.yaml"}), 2,
+         "none.yaml: policy library file not found"),
+        (lambda d: d["select_policy"].update(regime="frozen"), 2, "frozen_model is required"),
+        (lambda d: d["bounds"].pop("outcome"), 3, "bounds.outcome is missing"),
+        (lambda d: d["bounds"].update(covariates={"x1": [-3, 3]}), 3, "x2, x3"),
+        (lambda d: d["privacy"].update(delta=1e-6), 2, "pure"),
+        (lambda d: d["select_policy"].update(train_fraction=1.5), 2, "train_fraction"),
+    ],
+)
+def test_bad_input_matrix(workdir: Path, mutate: Any, code: int, message: str) -> None:
+    res = invoke([CMD, "--spec", write_spec(workdir / "bad.yaml", mutate)])
+    assert res.exit_code == code, res.output
+    assert message in res.stderr
+    assert "Traceback" not in res.output
+    assert not (workdir / "out").exists()
+
+
+def test_bad_library_and_model_files(workdir: Path) -> None:
+    Path("lib.yaml").write_text("policies:\n  - {name: a, type: threshold, covariate: age, "
+                                "op: '>=', threshold: 1}\n")
+    res = invoke([CMD, "--spec", write_spec(workdir / "b.yaml", lambda d: d["select_policy"].update(
+        library={"path": "lib.yaml"}))])
+    assert res.exit_code == 2
+    assert "lib.yaml" in res.stderr
+    assert "'age'" in res.stderr
+    Path("lib2.yaml").write_text("policies: [\n")
+    res = invoke([CMD, "--spec", write_spec(workdir / "c.yaml", lambda d: d["select_policy"].update(
+        library={"path": "lib2.yaml"}))])
+    assert res.exit_code == 2
+    assert "not valid YAML" in res.stderr
+    Path("m.json").write_text(json.dumps({"format": "dpcausal.nuisance/v1", "covariates": ["x1"]}))
+    res = invoke([CMD, "--spec", write_spec(workdir / "d.yaml", lambda d: d["select_policy"].update(
+        regime="frozen", frozen_model="m.json"))])
+    assert res.exit_code == 2
+    assert "m.json: not a valid nuisance model file" in res.stderr
+    assert not (workdir / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("0.1,0.2,0.3,1,", "missing, NaN or infinite"),
+        ("0.1,,0.3,0,0.5", "missing, NaN or infinite"),
+        ("0.1,0.2,0.3,7,0.5", "neither the treated value"),
+        ("0.1,zz,0.3,1,0.5", "column 'x2' has 1 non-numeric"),
+    ],
+)
+def test_bad_data_matrix(workdir: Path, row: str, message: str) -> None:
+    def mutate(d: dict[str, Any]) -> None:
+        d["data"]["columns"]["covariates"] = ["x1", "x2", "x3"]
+        d["select_policy"]["library"] = {"generator": "paper160", "seed": 1}
+
+    header = "x1,x2,x3,A,Y\n"
+    good = "0.1,0.2,0.3,1,0.5\n0.2,0.1,0.0,0,0.4\n"
+    Path("bad.csv").write_text(header + good + row + "\n")
+    res = invoke([CMD, "--spec", write_spec(workdir / "s.yaml", mutate), "--data", "bad.csv"])
+    assert res.exit_code == 2, res.output
+    assert "bad.csv" in res.stderr
+    assert message in res.stderr
+    assert not (workdir / "out").exists()
+
+
+def test_out_of_range_values_are_clipped_not_refused(workdir: Path) -> None:
+    frame = pd.read_csv(DATA)
+    frame.loc[0, "Y"] = 50.0
+    frame.loc[1, "x3"] = -1e6
+    frame.to_parquet("wild.parquet")
+    res = invoke([CMD, "--spec", "configs/select_policy.yaml", "--data", "wild.parquet",
+                  "--out", "ow"])
+    assert res.exit_code == 0, res.output
+    assert (workdir / "ow" / "selection.json").exists()
+
+
+def test_schema_and_usage() -> None:
+    schema = json.loads(invoke(["schema", CMD]).stdout)
+    assert "select_policy" in schema["properties"]
+    assert invoke([CMD]).exit_code == 2
+    assert invoke([CMD, "--bogus"]).exit_code == 2
+
+
+def test_library_call_matches_noise_generator_contract() -> None:
+    # the run draws from the mechanisms' generator only: same test seed, same choice
+    spec = SelectPolicySpec.model_validate({**spec_doc(), "ledger": None})
+    frame = pd.read_csv(REPO / DATA)
+    side = {"library": yaml.safe_load((REPO / "configs" / "policies_example.yaml").read_text())}
+    plan = sp.plan(spec, len(frame), side, rng=np.random.default_rng(0))
+    picks = [sp.run(spec, frame, plan, side, rng=np.random.default_rng(0),
+                    noise_rng=noise_generator(4)).documents["selection.json"]["selected"]["index"]
+             for _ in range(2)]
+    assert picks[0] == picks[1]

@@ -1,0 +1,223 @@
+"""synth-control through the real CLI: outputs, --dry-run, --json, layouts, the ledger, exit codes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from sklearn.linear_model import Ridge
+
+from cli_tests.helpers import invoke, read_json, write_yaml
+from dpcausal.methods import synth_control as sc
+from dpcausal.pipeline import execute
+from dpcausal.spec.load import load_spec
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = "configs/synth_control.yaml"
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the example spec and sample panels, in a temporary current directory."""
+    (tmp_path / "sample_data").mkdir()
+    for name in ("synth_control_panel.csv", "synth_control_wide.csv"):
+        shutil.copy(REPO / "sample_data" / name, tmp_path / "sample_data" / name)
+    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def write_spec(path: Path, mutate: Any = None) -> Path:
+    doc = yaml.safe_load((REPO / CONFIG).read_text())
+    if mutate:
+        mutate(doc)
+    return write_yaml(path, doc)
+
+
+def test_example_config_releases_counterfactual_effect_plot_and_receipt(workdir: Path) -> None:
+    res = invoke(["synth-control", "--spec", CONFIG])
+    assert res.exit_code == 0, res.output
+    out = workdir / "out" / "synth_control"
+    table = pd.read_csv(out / "counterfactual.csv")
+    assert list(table.columns) == ["time", "period", "observed", "counterfactual", "effect"]
+    assert len(table) == 31 and (table.period == "post").sum() == 12
+    assert table.loc[table.period == "pre", "counterfactual"].isna().all()
+    post = table[table.period == "post"]
+    np.testing.assert_allclose(post.effect, post.observed - post.counterfactual, atol=1e-9)
+    effect = read_json(out / "effect.json")
+    assert effect["average_post_effect"] == pytest.approx(post.effect.mean())
+    assert effect["n_donors"] == 38 and effect["pre_periods"] == 19
+    assert (out / "synth_control.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (out / "weights.csv").exists()
+    receipt = read_json(out / "receipt.json")
+    assert receipt["command"] == "synth-control" and receipt["dp_guarantee"] is True
+    assert receipt["guarantee"] == "pure" and receipt["epsilon"] == pytest.approx(20.0)
+    assert receipt["neighbouring"]["relation"] == "replace-one donor"
+    coef, post_ev = receipt["events"]
+    assert coef["sensitivity"] == pytest.approx(2**0.5) and coef["noise_scale"] == pytest.approx(
+        2**0.5 / 10)
+    assert post_ev["kind"] == "laplace" and post_ev["noise_scale"] == pytest.approx(2 * 12 / 10)
+    assert {o["path"] for o in receipt["outputs"]} == {
+        "counterfactual.csv", "effect.json", "synth_control.png"}
+    assert "average_post_effect" in res.stdout
+    ledger = (workdir / "out" / "ledger.jsonl").read_text().splitlines()
+    assert json.loads(ledger[0]) == receipt
+    assert invoke(["audit", "verify", "--ledger", "out/ledger.jsonl",
+                   "--receipt", str(out / "receipt.json")]).exit_code == 0
+
+
+def test_json_output_and_cli_equals_library(workdir: Path) -> None:
+    res = invoke(["synth-control", "--spec", CONFIG, "--json", "--out", "o1",
+                  "--test-noise-seed", "3"])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.stdout)
+    receipt = read_json(workdir / "o1" / "receipt.json")
+    assert {k: v for k, v in obj.items() if k not in ("output_paths", "summary")} == receipt
+    assert receipt["dp_guarantee"] is False and receipt["rng"] == "seeded-test"
+    spec, sha = load_spec(Path(CONFIG), sc.METHOD.spec_model)
+    spec = spec.with_overrides(out=Path("o2"), ledger=Path("l2.jsonl"))
+    lib = execute(sc.METHOD, spec, sha, test_noise_seed=3)
+    assert lib.summary == obj["summary"]
+    assert (workdir / "o1" / "counterfactual.csv").read_bytes() == (
+        workdir / "o2" / "counterfactual.csv").read_bytes()
+
+
+def test_dry_run_reads_no_outcome_value_and_spends_nothing(workdir: Path) -> None:
+    frame = pd.read_csv("sample_data/synth_control_panel.csv")
+    frame["sales"] = "secret"
+    frame.to_csv("sample_data/synth_control_panel.csv", index=False)
+    res = invoke(["synth-control", "--spec", CONFIG, "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.stdout)
+    assert plan["dry_run"] is True and plan["n_rows"] == 39 * 31
+    assert plan["details"]["n_donors"] == 38 and plan["details"]["pre_periods_T0"] == 19
+    assert plan["details"]["step2"] == "entrywise-l1" and plan["details"]["noise_rmse_bound"] > 0
+    assert not (workdir / "out").exists()
+    human = invoke(["synth-control", "--spec", CONFIG, "--dry-run"])
+    assert human.exit_code == 0 and "dry run" in human.stdout
+    res = invoke(["synth-control", "--spec", CONFIG])
+    assert res.exit_code == 2 and "non-numeric" in res.stderr and "unit 'CA' at time 1970" in res.stderr
+    assert not (workdir / "out" / "ledger.jsonl").exists()
+
+
+def test_wide_layout_gives_the_same_release(workdir: Path) -> None:
+    def wide(d: dict[str, Any]) -> None:
+        d["data"] = {"path": "sample_data/synth_control_wide.csv", "columns": {"time": "year"}}
+        d["synth_control"]["layout"] = "wide"
+
+    spec = write_spec(workdir / "w.yaml", wide)
+    a = invoke(["synth-control", "--spec", spec, "--out", "ow", "--test-noise-seed", "9", "-q"])
+    b = invoke(["synth-control", "--spec", CONFIG, "--out", "ol", "--test-noise-seed", "9", "-q"])
+    assert a.exit_code == 0 and b.exit_code == 0, a.output + b.output
+    assert (workdir / "ow" / "counterfactual.csv").read_bytes() == (
+        workdir / "ol" / "counterfactual.csv").read_bytes()
+
+
+def test_huge_epsilon_matches_nonprivate_ridge_through_the_cli(workdir: Path) -> None:
+    def huge(d: dict[str, Any]) -> None:
+        d["privacy"]["epsilon"] = 1e13
+        d["synth_control"]["release_weights"] = True
+        d.pop("ledger")
+
+    res = invoke(["synth-control", "--spec", write_spec(workdir / "h.yaml", huge), "--out", "oh"])
+    assert res.exit_code == 0, res.output
+    wide = pd.read_csv("sample_data/synth_control_wide.csv")
+    x = wide.drop(columns=["year", "CA"]).to_numpy().T.clip(0, 300) / 300
+    y = wide["CA"].to_numpy().clip(0, 300) / 300
+    f = Ridge(alpha=19 / 2, fit_intercept=False, solver="cholesky").fit(x[:, :19].T, y[:19]).coef_
+    expected = x[:, 19:].T @ f * 300
+    table = pd.read_csv(workdir / "oh" / "counterfactual.csv")
+    np.testing.assert_allclose(table.loc[table.period == "post", "counterfactual"], expected,
+                               atol=1e-8)
+    weights = pd.read_csv(workdir / "oh" / "weights.csv")
+    assert list(weights.unit) == list(wide.columns[2:])
+    np.testing.assert_allclose(weights.weight, f, atol=1e-10)
+
+
+def test_budget_is_enforced_across_runs(workdir: Path) -> None:
+    spec = write_spec(workdir / "b.yaml", lambda d: d["ledger"]["budget"].update(epsilon=45.0))
+    assert invoke(["synth-control", "--spec", spec, "-q"]).exit_code == 0
+    assert invoke(["synth-control", "--spec", spec, "-q"]).exit_code == 0
+    res = invoke(["synth-control", "--spec", spec])
+    assert res.exit_code == 3 and "exceeded" in res.stderr
+    assert len((workdir / "out" / "ledger.jsonl").read_text().splitlines()) == 2
+
+
+def test_uncertified_objective_perturbation(workdir: Path) -> None:
+    spec = write_spec(workdir / "o.yaml", lambda d: d["synth_control"].update(method="obj"))
+    res = invoke(["synth-control", "--spec", spec])
+    assert res.exit_code == 3 and "allow_uncertified" in res.stderr
+    assert not (workdir / "out").exists()
+    spec = write_spec(workdir / "o2.yaml", lambda d: d["synth_control"].update(
+        method="obj", allow_uncertified=True))
+    res = invoke(["synth-control", "--spec", spec, "--json"])
+    assert res.exit_code == 0, res.output
+    receipt = json.loads(res.stdout)
+    assert receipt["dp_guarantee"] is False and receipt["guarantee"] == "none"
+    assert receipt["events"][0]["params"]["certified"] is False
+    effect = read_json(workdir / "out" / "synth_control" / "effect.json")
+    assert effect["privacy"]["dp_guarantee"] is False and "UNCERTIFIED" in effect["method"]
+
+
+def bad_cell(path: str, unit: str, year: int, value: Any) -> None:
+    frame = pd.read_csv(path)
+    frame["sales"] = frame["sales"].astype(object)
+    frame.loc[(frame.unit == unit) & (frame.year == year), "sales"] = value
+    frame.to_csv(path, index=False)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "code", "message"),
+    [
+        (lambda d: d["synth_control"].update(lambda_=3), 2, "synth_control.lambda_: unknown field"),
+        (lambda d: d["synth_control"].update({"lambda": 0}), 2, "synth_control.lambda"),
+        (lambda d: d["synth_control"].update(target="XX"), 2, "unit 'XX' is not in column 'unit'"),
+        (lambda d: d["synth_control"].update(treatment_time=2050), 2, "treatment_time"),
+        (lambda d: d["synth_control"].update(step2="l2"), 2, "synth_control.step2"),
+        (lambda d: d["data"]["columns"].update(outcome="nope"), 2, "'nope'"),
+        (lambda d: d["data"].update(path="missing.csv"), 2, "missing.csv: data file not found"),
+        (lambda d: d["bounds"].pop("outcome"), 3, "bounds.outcome is missing"),
+        (lambda d: d["bounds"].update(outcome=[5, -5]), 2, "lower bound must be < upper bound"),
+        (lambda d: d["privacy"].update(delta=1e-6), 2, "privacy.delta"),
+        (lambda d: d["privacy"].update(epsilon=-1), 2, "privacy.epsilon"),
+    ],
+)
+def test_bad_spec_exit_codes(workdir: Path, mutate: Any, code: int, message: str) -> None:
+    res = invoke(["synth-control", "--spec", write_spec(workdir / "bad.yaml", mutate)])
+    assert res.exit_code == code, res.output
+    assert message in res.stderr
+    assert not (workdir / "out" / "ledger.jsonl").exists()
+    assert not (workdir / "out" / "synth_control").exists()
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda p: bad_cell(p, "S07", 1995, None), "missing, NaN or infinite value(s): unit 'S07' at time 1995"),
+    (lambda p: bad_cell(p, "S07", 1995, "abc"), "non-numeric value(s): unit 'S07' at time 1995"),
+    (lambda p: pd.read_csv(p).query("not (unit == 'S12' and year == 1980)").to_csv(p, index=False),
+     "missing panel cell(s): unit 'S12' at time 1980"),
+])
+def test_bad_data_exit_2_names_unit_and_time(workdir: Path, edit: Any, message: str) -> None:
+    edit("sample_data/synth_control_panel.csv")
+    res = invoke(["synth-control", "--spec", CONFIG])
+    assert res.exit_code == 2, res.output
+    assert message in res.stderr
+    assert not (workdir / "out" / "ledger.jsonl").exists()
+
+
+def test_unwritable_output_exits_5(workdir: Path) -> None:
+    Path("blocker").write_text("a file, not a directory")
+    res = invoke(["synth-control", "--spec", CONFIG, "--out", "blocker/sub"])
+    assert res.exit_code == 5, res.output
+
+
+def test_schema_command() -> None:
+    res = invoke(["schema", "synth-control"])
+    assert res.exit_code == 0
+    schema = json.loads(res.stdout)
+    assert "synth_control" in schema["properties"]

@@ -1,0 +1,24 @@
+"""``dpcausal synth-control``: a private synthetic-control counterfactual and treatment effect."""
+
+from __future__ import annotations
+
+from dpcausal.cli import options as o
+from dpcausal.cli._run import run_release_command
+from dpcausal.methods import synth_control as synth_control_method
+
+
+def synth_control(
+    spec: o.SpecOpt,
+    data: o.DataOpt = None,
+    out: o.OutOpt = None,
+    ledger: o.LedgerOpt = None,
+    seed: o.SeedOpt = None,
+    dry_run: o.DryRunOpt = False,
+    as_json: o.JsonOpt = False,
+    quiet: o.QuietOpt = False,
+    test_noise_seed: o.TestNoiseSeedOpt = None,
+) -> None:
+    """Release a DP synthetic-control counterfactual path and effect (DPSC_out)."""
+    run_release_command(synth_control_method.METHOD, spec_path=spec, data=data, out=out,
+                        ledger=ledger, seed=seed, dry_run=dry_run, as_json=as_json, quiet=quiet,
+                        test_noise_seed=test_noise_seed)
