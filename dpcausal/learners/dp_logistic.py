@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,15 +57,13 @@ def fit_logistic(xt: FloatArray, a: FloatArray, l2: float, *, grad_tol: float = 
         hess = (xt * (p * (1 - p))[:, None]).T @ xt / m + l2 * np.eye(d)
         step = np.linalg.solve(hess, grad)
         t = 1.0
-        while t > 1e-12:
+        slack = 1e-14 * max(1.0, abs(val))  # objective differences below float precision
+        while True:
             cand = theta - t * step
             cval = obj(cand)
-            if cval <= val - 1e-4 * t * float(grad @ step):
+            if cval <= val - 1e-4 * t * float(grad @ step) + slack or t < 1e-10:
                 break
             t *= 0.5
-        if t <= 1e-12:  # float precision reached: accept a pure Newton step near the optimum
-            cand = theta - step
-            cval = obj(cand)
         theta, val = cand, cval
     p = expit(xt @ theta)
     gnorm = float(np.linalg.norm(xt.T @ (p - a) / m + l2 * theta))
@@ -118,10 +115,3 @@ class DPLogistic:
         """Fit and release a DP propensity model (clipped to [κ, 1 − κ] when predicting)."""
         theta = self.mechanism().release(self.fit_nonprivate(x, a), rng=noise_rng)
         return PropensityModel(self.features, theta, clip)
-
-
-def check_l2(value: float) -> float:
-    """Validate a ridge penalty."""
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"l2 must be finite and > 0, got {value!r}")
-    return value

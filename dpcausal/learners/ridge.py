@@ -97,10 +97,10 @@ class CertifiedRidge:
         norms = []
         eye = np.eye(p)
         for arm in range(arms):
-            w = (a == arm).astype(np.float64)
-            xw = xt * w[:, None]
-            hess = (xw.T @ xt) / m + self.lam * eye
-            rhs = (xw.T @ r) / m
+            sel = a == arm  # the arm's rows; the loss is still averaged over all m rows
+            xa = xt[sel]
+            hess = (xa.T @ xa) / m + self.lam * eye
+            rhs = (xa.T @ r[sel]) / m
             chol = np.linalg.cholesky(hess)
             theta = np.linalg.solve(chol.T, np.linalg.solve(chol, rhs))
             for _ in range(3):  # iterative refinement until the certified tolerance holds

@@ -311,7 +311,10 @@ def compute_utilities(spec: SelectPolicySpec, setup: Setup, frame: pd.DataFrame,
     """U(π) for every policy (private: never released; only fed to the mechanism)."""
     sec = spec.select_policy
     path = spec.data.path
-    x = np.column_stack([numeric_column(frame, c, path) for c in _covariates(spec)])
+    names = _covariates(spec)
+    x = np.empty((len(frame), len(names)), order="F")  # column-major: each column is contiguous
+    for j, c in enumerate(names):
+        x[:, j] = numeric_column(frame, c, path)
     if setup.regime == "fixed":
         fs = sec.fixed_scores
         assert fs is not None

@@ -185,41 +185,60 @@ class PolicyLibrary:
         """M, the number of policies."""
         return len(self.policies)
 
-    def compile(self) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
-        """(W: d × M, b: M, complement: M) for the linear-type policies (zeros for the others)."""
+    def compile(self) -> CompiledLibrary:
+        """Arrays for vectorised evaluation (built once per run, reused for every chunk)."""
         d, m = len(self.covariates), self.size
         w = np.zeros((d, m))
         b = np.zeros(m)
         comp = np.zeros(m, dtype=bool)
         idx = {c: j for j, c in enumerate(self.covariates)}
+        thr_k, thr_col, thr_val, thr_lt = [], [], [], []
+        rare: list[tuple[int, list[int], float, bool]] = []
         for k, p in enumerate(self.policies):
             if p["type"] == "constant":
                 comp[k] = not p["treat"]  # 0 ≥ 0 is true: treat; complement: never
             elif p["type"] == "threshold":
-                w[idx[p["covariate"]], k] = 1.0
-                b[k] = -p["threshold"]
-                comp[k] = p["op"] == "<"
+                thr_k.append(k)
+                thr_col.append(idx[p["covariate"]])
+                thr_val.append(p["threshold"])
+                thr_lt.append(p["op"] == "<")
             elif p["type"] == "linear":
                 for c, v in p["weights"].items():
                     w[idx[c], k] += v
                 b[k] = p["intercept"]
                 comp[k] = p["complement"]
-        return w, b, comp
+            else:
+                rare.append((k, [idx[c] for c in p["covariates"]], p["threshold"],
+                             p["complement"]))
+        return CompiledLibrary(w, b, comp, np.array(thr_k, dtype=np.intp),
+                               np.array(thr_col, dtype=np.intp), np.array(thr_val),
+                               np.array(thr_lt, dtype=bool), tuple(rare))
 
-    def decisions(self, x: FloatArray, compiled: tuple[FloatArray, FloatArray,
-                  npt.NDArray[np.bool_]] | None = None) -> npt.NDArray[np.bool_]:
+    def decisions(self, x: FloatArray,
+                  compiled: CompiledLibrary | None = None) -> npt.NDArray[np.bool_]:
         """Treat decisions for raw rows ``x`` (n × d): an n × M boolean matrix (use on chunks)."""
-        w, b, comp = compiled or self.compile()
-        out = (x @ w + b >= 0.0) ^ comp
-        idx = {c: j for j, c in enumerate(self.covariates)}
-        for k, p in enumerate(self.policies):
-            if p["type"] == "threshold":  # exact comparison, no arithmetic
-                col = x[:, idx[p["covariate"]]]
-                out[:, k] = col >= p["threshold"] if p["op"] == ">=" else col < p["threshold"]
-            elif p["type"] == "rare_region":
-                cols = [idx[c] for c in p["covariates"]]
-                out[:, k] = (h_rare(x[:, cols]) >= p["threshold"]) ^ p["complement"]
+        c = compiled or self.compile()
+        out = np.greater_equal(x @ c.w, -c.b)
+        out ^= c.complement
+        if c.thr_k.size:  # exact comparisons, no arithmetic
+            out[:, c.thr_k] = (x[:, c.thr_col] >= c.thr_val) ^ c.thr_lt
+        for k, cols, q, complement in c.rare:
+            out[:, k] = (h_rare(x[:, cols]) >= q) ^ complement
         return out
+
+
+@dataclass(frozen=True)
+class CompiledLibrary:
+    """Treat iff (xᵀw_k + b_k ≥ 0) XOR complement_k; thresholds and rare regions evaluated exactly."""
+
+    w: FloatArray
+    b: FloatArray
+    complement: npt.NDArray[np.bool_]
+    thr_k: npt.NDArray[np.intp]
+    thr_col: npt.NDArray[np.intp]
+    thr_val: FloatArray
+    thr_lt: npt.NDArray[np.bool_]
+    rare: tuple[tuple[int, list[int], float, bool], ...]
 
 
 def library_hash(policies: list[dict[str, Any]]) -> str:

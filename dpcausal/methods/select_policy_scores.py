@@ -105,23 +105,26 @@ def _chunks(n: int, size: int) -> Iterator[slice]:
         yield slice(start, min(n, start + size))
 
 
+def _weighted_column_sums(weights: FloatArray, dec: npt.NDArray[np.bool_]) -> FloatArray:
+    """Σ_i w_i·dec_ik for every k, without converting the boolean chunk to a float matrix."""
+    return np.asarray(np.einsum("i,ik->k", weights, dec), dtype=np.float64)
+
+
 def utilities_from_gammas(library: PolicyLibrary, x: FloatArray, g0: FloatArray, g1: FloatArray,
-                          *, chunk_rows: int = 65_536) -> FloatArray:
+                          *, chunk_rows: int = 32_768) -> FloatArray:
     """U_k = Σ_i [Γ₀ᵢ + π_k(x_i)(Γ₁ᵢ − Γ₀ᵢ)], accumulated over row chunks (float64, fsum-free)."""
     compiled = library.compile()
     u = np.zeros(library.size)
     base = 0.0
     for sl in _chunks(x.shape[0], chunk_rows):
-        diff = g1[sl] - g0[sl]
-        dec = library.decisions(x[sl], compiled)
-        u += diff @ dec
+        u += _weighted_column_sums(g1[sl] - g0[sl], library.decisions(x[sl], compiled))
         base += float(g0[sl].sum())
     return u + base
 
 
 def learned_utilities(library: PolicyLibrary, nuis: Nuisance, x: FloatArray,
                       treated: npt.NDArray[np.bool_], y: FloatArray, *,
-                      chunk_rows: int = 65_536) -> FloatArray:
+                      chunk_rows: int = 32_768) -> FloatArray:
     """U(π) over scoring rows with nuisance predictions computed chunk by chunk."""
     compiled = library.compile()
     u = np.zeros(library.size)
@@ -129,6 +132,6 @@ def learned_utilities(library: PolicyLibrary, nuis: Nuisance, x: FloatArray,
     for sl in _chunks(x.shape[0], chunk_rows):
         mu0, mu1, e1 = nuis.predict(x[sl])
         g0, g1 = dr_gammas(mu0, mu1, e1, treated[sl], y[sl])
-        u += (g1 - g0) @ library.decisions(x[sl], compiled)
+        u += _weighted_column_sums(g1 - g0, library.decisions(x[sl], compiled))
         base += float(g0.sum())
     return u + base

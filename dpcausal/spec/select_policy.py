@@ -97,7 +97,7 @@ class SelectPolicySection(StrictModel):
     value_release: ValueRelease | None = None
     regret_beta: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.05
     """β of the printed regret privacy term 2Δ(log M + log 1/β)/(nε) (dry run only)."""
-    chunk_rows: Annotated[int, Field(ge=1024, le=10_000_000)] = 65_536
+    chunk_rows: Annotated[int, Field(ge=1024, le=10_000_000)] = 32_768
     """Scoring rows per chunk (memory only; never changes the result)."""
 
     @model_validator(mode="after")
