@@ -34,6 +34,12 @@ class PrivacyEvent:
         mechanism the Gumbel scale 2Δ/ε).
     params
         Public parameters the sensitivity was derived from (bounds, γ, dimension...).
+    partition
+        ``None`` (default): the mechanism reads every row. ``"<split>/<part>"``: it reads only part
+        ``<part>`` of a public, data-independent partition ``<split>`` of the rows into disjoint parts
+        (e.g. ``"cate.halves/1"``). Under replace-one neighbours a record lies in exactly one part, so
+        events on different parts of one split compose in parallel (max, not sum); see
+        :func:`dpcausal.accounting.budget.compose_events`.
     """
 
     kind: EventKind
@@ -44,6 +50,7 @@ class PrivacyEvent:
     norm: Literal["l1", "l2", "utility"]
     noise_scale: float
     params: dict[str, Any] = field(default_factory=dict)
+    partition: str | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.epsilon) and self.epsilon > 0):
@@ -52,10 +59,12 @@ class PrivacyEvent:
             raise ValueError(f"event delta must be in [0, 1), got {self.delta!r}")
         if not (math.isfinite(self.sensitivity) and self.sensitivity >= 0):
             raise ValueError(f"event sensitivity must be finite and >= 0, got {self.sensitivity!r}")
+        if self.partition is not None and self.partition.count("/") != 1:
+            raise ValueError(f"event partition must look like 'split/part', got {self.partition!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the JSON form used in receipts and the ledger."""
-        return {
+        """Return the JSON form used in receipts and the ledger (``partition`` only when set)."""
+        out: dict[str, Any] = {
             "kind": self.kind,
             "stage": self.stage,
             "epsilon": self.epsilon,
@@ -65,3 +74,6 @@ class PrivacyEvent:
             "noise_scale": self.noise_scale,
             "params": dict(self.params),
         }
+        if self.partition is not None:
+            out["partition"] = self.partition
+        return out

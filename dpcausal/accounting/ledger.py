@@ -22,7 +22,7 @@ from typing import Any
 
 import filelock
 
-from dpcausal.accounting.budget import Budget
+from dpcausal.accounting.budget import Budget, compose_events
 from dpcausal.accounting.receipt import GENESIS_HASH, finalize
 from dpcausal.errors import BudgetExceededError, LedgerLockError, OutputError
 
@@ -113,15 +113,15 @@ class Ledger:
 
     @staticmethod
     def spent_in(entries: list[dict[str, Any]], dataset: str) -> Budget:
-        """Total (ε, δ) charged to ``dataset`` by ``entries`` (basic composition over events)."""
+        """Total (ε, δ) charged to ``dataset`` by ``entries`` (basic composition over runs)."""
         eps: list[float] = []
         dels: list[float] = []
         for entry in entries:
             if (entry.get("ledger") or {}).get("dataset") != dataset:
                 continue
-            for ev in entry.get("events", []):
-                eps.append(float(ev["epsilon"]))
-                dels.append(float(ev["delta"]))
+            run = compose_events(entry.get("events", []))
+            eps.append(run.epsilon)
+            dels.append(run.delta)
         return Budget(math.fsum(eps), min(1.0, math.fsum(dels)))
 
     def state(self, dataset: str, requested: Budget, cap: Budget) -> LedgerState:

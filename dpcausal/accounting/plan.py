@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dpcausal.accounting.budget import Budget, compose
+from dpcausal.accounting.budget import Budget, compose_events
 from dpcausal.accounting.events import PrivacyEvent
 
 Guarantee = Literal["pure", "approximate", "asymptotic"]
@@ -44,8 +44,8 @@ class PrivacyPlan:
 
     @property
     def cost(self) -> Budget:
-        """The total (ε, δ) under basic composition."""
-        return compose(Budget(e.epsilon, e.delta) for e in self.events)
+        """The total (ε, δ): basic composition, parallel over parts of a public split."""
+        return compose_events(e.to_dict() for e in self.events)
 
     def event(self, stage: str) -> PrivacyEvent:
         """Return the event of ``stage``."""

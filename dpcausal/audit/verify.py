@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpcausal.accounting.budget import Budget
+from dpcausal.accounting.budget import Budget, compose_events
 from dpcausal.accounting.receipt import GENESIS_HASH, receipt_hash
 from dpcausal.errors import OutputError
 
@@ -43,9 +43,7 @@ def _close(a: float, b: float) -> bool:
 
 
 def _event_total(entry: dict[str, Any]) -> Budget:
-    evs = entry.get("events") or []
-    return Budget(math.fsum(float(e["epsilon"]) for e in evs),
-                  min(1.0, math.fsum(float(e["delta"]) for e in evs)))
+    return compose_events(entry.get("events") or [])
 
 
 def verify_ledger(path: Path, report: VerifyReport) -> dict[str, str]:
