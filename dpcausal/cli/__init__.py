@@ -11,10 +11,12 @@ import typer
 from dpcausal import __version__
 from dpcausal.cli import audit as audit_cli
 from dpcausal.cli._run import guarded
+from dpcausal.cli.cate import cate
 from dpcausal.cli.owl import owl
 from dpcausal.cli.select_policy import select_policy
 from dpcausal.cli.synth_control import synth_control
 from dpcausal.errors import SpecError
+from dpcausal.spec.cate import CateSpec
 from dpcausal.spec.owl import OwlSpec
 from dpcausal.spec.select_policy import SelectPolicySpec
 from dpcausal.spec.synth_control import SynthControlSpec
@@ -30,10 +32,12 @@ app = typer.Typer(
 SPEC_MODELS: dict[str, type] = {"owl": OwlSpec}
 SPEC_MODELS["select-policy"] = SelectPolicySpec
 SPEC_MODELS["synth-control"] = SynthControlSpec
+SPEC_MODELS["cate"] = CateSpec
 
 app.command("owl")(owl)
 app.command("select-policy")(select_policy)
 app.command("synth-control")(synth_control)
+app.command("cate")(cate)
 app.add_typer(audit_cli.app, name="audit")
 
 

@@ -1,0 +1,111 @@
+"""The spec of ``dpcausal cate``: DP-CATE (Schröder et al. 2025), R-/DR-learner with DP nuisances."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from dpcausal.spec.base import CommonSpec, PositiveFinite, StrictModel
+
+Share = Annotated[float, Field(gt=0.0, lt=1.0)]
+
+
+class NuisanceSpec(StrictModel):
+    """Stage 1 (first half D̃): DP ℓ2-logistic propensity and DP ridge outcome model per arm.
+
+    Both use the public box features x̃ = (1, s(x))/√(q+1) (‖x̃‖ ≤ 1) and Gaussian output
+    perturbation. The stage-1 budget (ε, δ) is shared: ``propensity_share`` to the propensity model,
+    the rest to the (jointly noised) outcome models.
+    """
+
+    propensity_l2: PositiveFinite = 0.05
+    """λ of (1/m)Σ logistic loss + (λ/2)‖θ‖²; sensitivity 2/(mλ)."""
+    outcome_l2: PositiveFinite = 0.05
+    """λ of each arm's (1/m)Σ ½(θᵀx̃ − r)² + (λ/2)‖θ‖²."""
+    propensity_share: Share = 0.5
+    """Fraction of the stage-1 (ε, δ) spent on the propensity model."""
+
+
+class GridSpec(StrictModel):
+    """A grid over the public covariate box (instead of a query file)."""
+
+    points: Annotated[int, Field(ge=2, le=10_000)] | None = None
+    """Points per varied axis; default 101 (1-D) or 41 (2-D). At most 10,000 queries in all."""
+    vary: list[Annotated[str, Field(min_length=1)]] | None = None
+    """The 1 or 2 covariates the grid varies (default: all, when there are at most 2)."""
+    fixed: dict[str, float] = Field(default_factory=dict)
+    """Values of the other covariates (default: the middle of their public bound)."""
+
+    @model_validator(mode="after")
+    def _sizes(self) -> GridSpec:
+        if self.vary is not None and not 1 <= len(self.vary) <= 2:
+            raise ValueError("cate.grid.vary must name 1 or 2 covariates")
+        if self.vary is not None and len(set(self.vary)) != len(self.vary):
+            raise ValueError("cate.grid.vary repeats a covariate")
+        return self
+
+
+class CateSection(StrictModel):
+    """The ``cate`` section. Every value here is public: never tuned on the sensitive data."""
+
+    mode: Literal["function", "queries"] = "function"
+    """function: Thm 3 GP release (exact given the Lipschitz bound); queries: Thm 1 (asymptotic)."""
+    learner: Literal["r", "dr"] = "r"
+    queries: Path | None = None
+    """Public file of query points (the covariate columns); fixed before the run."""
+    grid: GridSpec | None = None
+    bandwidth: PositiveFinite | None = None
+    """Gaussian kernel bandwidth h on box-scaled covariates in [0, 1]^q; default √(q/2)."""
+    ridge: PositiveFinite | None = None
+    """λ0 of (1/n)Σ ρ ℓ(g(X) − φ) + λ0‖g‖² in the unit-diagonal kernel k0; default 1/√n."""
+    loss: Literal["huber", "squared"] | None = None
+    """Second-stage loss; default huber (function mode), squared (queries mode, the only one there)."""
+    huber_c: PositiveFinite | None = None
+    """Huber threshold c of ℓ(r) = r² (|r| ≤ c), 2c|r| − c² beyond; default (y_hi − y_lo)/2."""
+    propensity_clip: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.05
+    """κ: π̂ is clipped to [κ, 1 − κ] (post-processing); the DR-learner needs κ ≥ 0.05."""
+    first_half_fraction: Annotated[float, Field(ge=0.1, le=0.9)] = 0.5
+    """Share of rows (by a public random permutation) in D̃, the nuisance half."""
+    split_seed: int = 0
+    """Seed of the public permutation that splits the rows (recorded in the receipt)."""
+    sensitivity_formula: Literal["max", "corrected", "paper"] = "max"
+    """Function mode: max(printed Thm 3, corrected Eq. 64) [default], corrected, or paper (refused
+    where unsafe, i.e. (√(2π)h)^q > 16)."""
+    calibration: Literal["classic", "analytic"] = "classic"
+    """Function mode: classic = max(√(2 ln(2/δ))Δ/ε, exact) [paper]; analytic = exact (Balle–Wang)."""
+    gamma_method: Literal["search", "certified"] = "search"
+    """Queries mode: γ(T,D) by search over the box (paper) or the certified public bound."""
+    gamma_safety: Annotated[float, Field(ge=1.0, le=100.0)] = 1.1
+    """Queries mode, search: the searched sup is multiplied by this (it is a lower bound)."""
+    search_points: Annotated[int, Field(ge=64, le=65536)] = 4096
+    """Queries mode, search: Sobol points of the box besides the data rows and the queries."""
+    nuisance: NuisanceSpec = Field(default_factory=NuisanceSpec)
+    plot: bool = True
+    """Write cate.png for a grid varying 1 or 2 covariates (drawn from released values only)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CateSection:
+        if (self.queries is None) == (self.grid is None):
+            raise ValueError("give exactly one of cate.queries (a public file) and cate.grid")
+        if self.mode == "queries" and self.loss == "huber":
+            raise ValueError("cate.loss: queries mode (Thm 1) uses the squared loss; remove loss "
+                             "or set it to squared")
+        if self.learner == "dr" and self.propensity_clip < 0.05:
+            raise ValueError("cate.propensity_clip: the DR-learner needs κ >= 0.05 (its weights "
+                             "grow like 1/κ)")
+        return self
+
+    @property
+    def resolved_loss(self) -> Literal["huber", "squared"]:
+        """The loss actually used."""
+        if self.loss is not None:
+            return self.loss
+        return "huber" if self.mode == "function" else "squared"
+
+
+class CateSpec(CommonSpec):
+    """Full spec of ``dpcausal cate``."""
+
+    cate: CateSection
