@@ -265,3 +265,58 @@ def test_huge_epsilon_concentrates_on_best_true_policy(pool: Any) -> None:
     # at ε = 1 the same data gives a much flatter distribution (privacy has a price)
     assert sp.choice_mechanism(setup, 1.0).probabilities(u).max() < 0.5
     assert math.isfinite(float(u.sum()))
+
+
+# ---------------------------------------------------------------- black-box audit, regret, DR
+def clopper_pearson(k: int, n: int, alpha: float = 1e-4) -> tuple[float, float]:
+    lo = stats.beta.ppf(alpha / 2, k, n - k + 1) if k > 0 else 0.0
+    hi = stats.beta.ppf(1 - alpha / 2, k + 1, n - k) if k < n else 1.0
+    return float(lo), float(hi)
+
+
+@pytest.mark.parametrize(("delta_kind", "violates"), [("naive", True), ("trivial", False)])
+def test_black_box_audit_on_c2(delta_kind: str, violates: bool) -> None:
+    """Spec §9.12: sample the EM on D and D′; Clopper–Pearson LCB/UCB against e^ε."""
+    n, eps, draws = 100, 1.0, 4000
+    u_d, u_dp = c_fixture(2 * n, n, two_policy=True)
+    delta = 2.0 if delta_kind == "naive" else 6.0 * n  # naive 2·max|ψ| vs trivial certificate
+    em = ExponentialMechanism(eps, delta)
+    rng_a, rng_b = np.random.default_rng(10), np.random.default_rng(11)
+    k_d = sum(em.release(u_d, rng=rng_a) == 1 for _ in range(draws))
+    k_dp = sum(em.release(u_dp, rng=rng_b) == 1 for _ in range(draws))
+    worst = 0.0
+    for kd, kdp in ((k_d, k_dp), (draws - k_d, draws - k_dp)):
+        lo_d, _ = clopper_pearson(kd, draws)
+        _, hi_dp = clopper_pearson(kdp, draws)
+        worst = max(worst, lo_d / hi_dp)
+    assert (worst > math.exp(eps)) is violates
+
+
+def test_lemma5_regret_quantile() -> None:
+    """Spec §9.13: the (1 − β) quantile of max U − U(π̂) is ≤ 2Δ(log M + log 1/β)/ε."""
+    rng = np.random.default_rng(12)
+    u = rng.uniform(0, 100, 160)
+    em = ExponentialMechanism(1.0, 28.6)
+    gaps = np.array([u.max() - u[em.release(u, rng=rng)] for _ in range(5000)])
+    beta = 0.05
+    assert np.quantile(gaps, 1 - beta) <= 2 * 28.6 * (math.log(160) + math.log(1 / beta)) / 1.0
+
+
+def test_dr_identity_with_one_correct_nuisance(pool: Any) -> None:
+    """Spec §9.14: correct ê with wrong μ̂, or correct μ̂ with wrong ê: mean ψ ≈ V(π)."""
+    x_pool, dgp = pool
+    rng = np.random.default_rng(13)
+    x = x_pool[rng.choice(len(x_pool), 100_000, replace=True)]
+    a, y = dgp.sample(x, rng)
+    mu0, mu1 = dgp.mu(x)
+    e1 = dgp.propensity(x)
+    lib = build_library({"policies": paper160(NAMES, 7, rare_threshold=dgp.q95)}, NAMES,
+                        where="g", source={})
+    dec = lib.decisions(x)
+    wrong_mu, wrong_e = np.full(len(x), 0.3), np.full(len(x), 0.5)
+    for k in (0, 1, 14, 16, 40):
+        truth = float(mu0 @ ~dec[:, k] + mu1 @ dec[:, k]) / len(x)
+        for m0, m1, e in ((wrong_mu, wrong_mu, e1), (mu0, mu1, wrong_e)):
+            psi = dr_score(dec[:, k], m0, m1, e, a == 1, y)
+            se = psi.std() / math.sqrt(len(psi))
+            assert abs(psi.mean() - truth) < 5 * se + 1e-3
