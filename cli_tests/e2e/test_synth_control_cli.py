@@ -221,3 +221,28 @@ def test_schema_command() -> None:
     assert res.exit_code == 0
     schema = json.loads(res.stdout)
     assert "synth_control" in schema["properties"]
+
+
+def test_receipt_holds_no_data_derived_numbers(workdir: Path) -> None:
+    """T11: changing a donor's values changes only timestamps and output hashes in the receipt."""
+    def strip(r: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in r.items() if k not in ("created_at", "outputs", "hash", "prev_hash")}
+
+    spec = write_spec(workdir / "r.yaml", lambda d: d.pop("ledger"))
+    assert invoke(["synth-control", "--spec", spec, "--out", "r1", "-q"]).exit_code == 0
+    frame = pd.read_csv("sample_data/synth_control_panel.csv")
+    frame.loc[frame.unit == "S03", "sales"] = 299.0
+    frame.to_csv("sample_data/synth_control_panel.csv", index=False)
+    assert invoke(["synth-control", "--spec", spec, "--out", "r2", "-q"]).exit_code == 0
+    a, b = read_json(workdir / "r1" / "receipt.json"), read_json(workdir / "r2" / "receipt.json")
+    assert strip(a) == strip(b)
+
+
+def test_parquet_input_writes_parquet_table(workdir: Path) -> None:
+    pd.read_csv("sample_data/synth_control_panel.csv").to_parquet("panel.parquet", index=False)
+    spec = write_spec(workdir / "p.yaml", lambda d: d["data"].update(path="panel.parquet"))
+    res = invoke(["synth-control", "--spec", spec, "--out", "op", "--test-noise-seed", "1", "-q"])
+    assert res.exit_code == 0, res.output
+    csv = pd.read_csv(workdir / "op" / "counterfactual.csv")
+    pq = pd.read_parquet(workdir / "op" / "counterfactual.parquet")
+    np.testing.assert_allclose(csv.counterfactual, pq.counterfactual, equal_nan=True)
