@@ -75,6 +75,16 @@ def render_release(release: Release, *, parquet: bool) -> dict[str, bytes]:
     return files
 
 
+def load_side_inputs(method: MethodDef, spec: CommonSpec) -> dict[str, Any]:
+    """Read the public side files a method declares (tables, or YAML/JSON documents)."""
+    return {
+        name: read_document(s.path, s.what) if s.kind == "document" else
+        tables.read_table(s.path, s.columns or list(tables.inspect_table(s.path, s.what).columns),
+                          s.what)
+        for name, s in method.side_inputs(spec).items()
+    }
+
+
 def execute(
     method: MethodDef,
     spec: CommonSpec,
@@ -104,13 +114,7 @@ def execute(
     """
     info = tables.inspect_table(spec.data.path)
     tables.check_columns(info, method.data_columns(spec))
-    side_specs = method.side_inputs(spec)
-    side = {
-        name: read_document(s.path, s.what) if s.kind == "document" else
-        tables.read_table(s.path, s.columns or list(tables.inspect_table(s.path, s.what).columns),
-                          s.what)
-        for name, s in side_specs.items()
-    }
+    side = load_side_inputs(method, spec)
     rng = make_rng(seed)
     plan = method.plan(spec, info.n_rows, side, rng=rng)
     ledger = Ledger(spec.ledger.path) if spec.ledger else None

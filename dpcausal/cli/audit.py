@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
+import numpy as np
 import typer
+from rich.progress import Progress, TaskID
 
 from dpcausal.audit.verify import verify
-from dpcausal.cli._run import guarded, stdout_console
+from dpcausal.cli._run import guarded, show_progress, stderr_console, stdout_console
 from dpcausal.errors import AuditViolation, SpecError
 
-app = typer.Typer(no_args_is_help=True, help="Verify receipts and the privacy ledger.")
+app = typer.Typer(no_args_is_help=True,
+                  help="Verify receipts and the ledger; audit a command's privacy empirically.")
 
 
 @app.command("verify")
@@ -56,3 +61,97 @@ def verify_cmd(
             )
 
     guarded(body)
+
+
+@app.command("privacy")
+def privacy_cmd(
+    spec: Annotated[Path, typer.Option("--spec", help="The spec of the command to audit.",
+                                       dir_okay=False)],
+    data: Annotated[Path | None, typer.Option(
+        "--data", help="Audit neighbours of this data file (default: a synthetic data set drawn "
+        "inside the spec's bounds).")] = None,
+    trials: Annotated[int, typer.Option("--trials", min=0, help="Releases per dataset for the "
+                                        "black-box test (0: gray-box only).")] = 500,
+    pairs: Annotated[int, typer.Option("--pairs", min=1, help="Neighbouring datasets tried.")] = 50,
+    rows: Annotated[int, typer.Option("--rows", min=2, help="Rows of the synthetic data set.")] = 1000,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the audit's own randomness.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the full report as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+) -> None:
+    """Empirically check that a command is as private as its receipt claims (exit 4 if not).
+
+    Runs the spec's command on neighbouring datasets under its own neighbouring relation and
+    measures the privacy loss exactly (gray-box) and from repeated releases (black-box ε lower
+    bound). Nothing is released or charged; the report is for the curator only (with --data it is
+    computed from the data without privacy).
+    """
+
+    def body() -> None:
+        import yaml
+
+        from dpcausal.audit.adapters import ADAPTERS
+        from dpcausal.audit.privacy import run_audit
+        from dpcausal.io.tables import read_table
+        from dpcausal.pipeline import load_side_inputs
+        from dpcausal.spec.load import load_spec, read_spec_bytes
+
+        doc = yaml.safe_load(read_spec_bytes(spec)) or {}
+        sections = [k for k in ADAPTERS if isinstance(doc, dict) and k in doc]
+        if len(sections) != 1:
+            raise SpecError(
+                f"{spec}: cannot tell which command to audit: the spec needs exactly one of the "
+                f"sections {', '.join(sorted(ADAPTERS))}")
+        adapter = ADAPTERS[sections[0]]
+        model, _ = load_spec(spec, adapter.method.spec_model)
+        model = model.with_overrides(data=data)
+        rng = np.random.default_rng(seed)
+        side = load_side_inputs(adapter.method, model)
+        if data is not None:
+            frame = read_table(data, adapter.method.data_columns(model))
+        else:
+            frame = adapter.synthesize(model, rows, rng)
+        with _progress_bar(quiet or as_json) as progress:
+            report = run_audit(adapter, model, frame, side, pairs=pairs, trials=trials, rng=rng,
+                               progress=progress)
+        if as_json:
+            sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+        elif not quiet:
+            _print_report(report)
+        if report.violation:
+            raise AuditViolation(f"{spec}: " + "; ".join(report.problems))
+
+    guarded(body)
+
+
+@contextmanager
+def _progress_bar(quiet: bool) -> Iterator[Callable[[str, int, int], None] | None]:
+    if not show_progress(quiet):
+        yield None
+        return
+    with Progress(console=stderr_console(), transient=True) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=done)
+
+        yield update
+
+
+def _print_report(report: Any) -> None:
+    console = stdout_console()
+    d = report.to_dict()
+    g = d["gray_box"]
+    console.print(
+        f"audit of {report.command}: claimed ε={report.epsilon:g} δ={report.delta:g}; "
+        f"{report.pairs} neighbouring datasets of {report.rows} rows", markup=False)
+    console.print(f"  gray-box: max privacy loss {g['max_privacy_loss']:.4g} "
+                  f"(median {g['loss_quantiles_50_90_100'][0]:.4g}); max sensitivity ratio "
+                  f"{g['max_sensitivity_ratio']:.4g}; closest pair: {g['closest_pair']}", markup=False)
+    if d["black_box"]:
+        b = d["black_box"]
+        console.print(f"  black-box: ε lower bound {b['epsilon_lower_bound']:.4g} at "
+                      f"{b['confidence']:.0%} confidence from {b['releases']} test releases "
+                      f"(event: {b['event']})", markup=False)
+    console.print(f"verdict: {d['verdict'].upper()}", markup=False)
