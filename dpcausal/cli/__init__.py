@@ -15,11 +15,13 @@ from dpcausal.cli.cate import cate
 from dpcausal.cli.owl import owl
 from dpcausal.cli.select_policy import select_policy
 from dpcausal.cli.synth_control import synth_control
+from dpcausal.cli.two_stage import two_stage
 from dpcausal.errors import SpecError
 from dpcausal.spec.cate import CateSpec
 from dpcausal.spec.owl import OwlSpec
 from dpcausal.spec.select_policy import SelectPolicySpec
 from dpcausal.spec.synth_control import SynthControlSpec
+from dpcausal.spec.two_stage import TwoStageSpec
 
 app = typer.Typer(
     name="dpcausal",
@@ -33,11 +35,13 @@ SPEC_MODELS: dict[str, type] = {"owl": OwlSpec}
 SPEC_MODELS["select-policy"] = SelectPolicySpec
 SPEC_MODELS["synth-control"] = SynthControlSpec
 SPEC_MODELS["cate"] = CateSpec
+SPEC_MODELS["two-stage"] = TwoStageSpec
 
 app.command("owl")(owl)
 app.command("select-policy")(select_policy)
 app.command("synth-control")(synth_control)
 app.command("cate")(cate)
+app.command("two-stage")(two_stage)
 app.add_typer(audit_cli.app, name="audit")
 
 

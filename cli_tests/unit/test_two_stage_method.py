@@ -1,0 +1,140 @@
+"""two-stage method: plan from public inputs, refusals, large-ε equality with a non-private reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpcausal.errors import MissingBoundsError, PrivacyError, SpecError, UncertifiedModeError
+from dpcausal.methods import two_stage as ts
+from dpcausal.spec.two_stage import TwoStageSpec
+
+COVS = [f"x{j}" for j in range(1, 5)]
+
+
+def make_spec(**two_stage: Any) -> TwoStageSpec:
+    doc: dict[str, Any] = {
+        "data": {"path": "unused.csv",
+                 "columns": {"outcome": "y", "treatment": "a", "covariates": COVS}},
+        "bounds": {"outcome": [-10.0, 10.0], "covariates": [-1.0, 1.0]},
+        "privacy": {"epsilon": two_stage.pop("epsilon", 1.0), "delta": two_stage.pop("delta", 0.0)},
+        "two_stage": {"treated": 1, "weights": "ipw-rct", "ipw_rct": {"p_treated": 0.4},
+                      "l1_radius": 5.0, **two_stage},
+    }
+    if doc["two_stage"]["weights"] != "ipw-rct":
+        doc["two_stage"].pop("ipw_rct")
+    return TwoStageSpec.model_validate(doc)
+
+
+def frame(n: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, size=(n, 4))
+    a = (rng.uniform(size=n) < 1 / (1 + np.exp(-(0.8 * x[:, 0] - 0.6 * x[:, 1])))).astype(int)
+    y = x[:, 2] + (2 * a - 1) * (3 * x[:, 0] - 2 * x[:, 3]) + rng.normal(size=n)
+    out = pd.DataFrame(x, columns=COVS)
+    out["a"], out["y"] = a, y
+    return out
+
+
+def test_plan_is_public_and_complete() -> None:
+    spec = make_spec()
+    plan = ts.plan(spec, 500, {}, rng=np.random.default_rng(0))
+    assert plan.dp_guarantee
+    assert plan.guarantee == "pure"
+    assert plan.neighbouring["relation"] == "replace-one"
+    assert plan.neighbouring["n_public"] is True
+    for key in ("gamma_required", "noise_scale", "noise_to_signal"):
+        assert plan.details[key] > 0
+    ev = plan.events[0]
+    assert ev.epsilon == 1.0
+    assert ev.kind == "l2_laplace"
+    assert ev.params["epsilon_noise_term"] + ev.params["epsilon_jacobian_term"] == pytest.approx(1.0)
+
+
+def test_refusals() -> None:
+    rng = np.random.default_rng(0)
+    with pytest.raises(UncertifiedModeError, match="allow_uncertified"):
+        ts.plan(make_spec(calibration="paper"), 100, {}, rng=rng)
+    plan = ts.plan(make_spec(calibration="paper", allow_uncertified=True), 100, {}, rng=rng)
+    assert plan.dp_guarantee is False
+    with pytest.raises(UncertifiedModeError, match="universal"):
+        ts.plan(make_spec(weights="ebw"), 100, {}, rng=rng)
+    assert ts.plan(make_spec(weights="ebw", sensitivity="universal"), 100, {}, rng=rng).dp_guarantee
+    with pytest.raises(MissingBoundsError, match="l1_radius"):
+        ts.plan(make_spec(l1_radius=None), 100, {}, rng=rng)
+    with pytest.raises(MissingBoundsError, match="ipw_known"):
+        ts.plan(make_spec(weights="ipw-known"), 100, {}, rng=rng)
+    with pytest.raises(SpecError, match="delta"):
+        ts.plan(make_spec(noise="gaussian"), 100, {}, rng=rng)
+    with pytest.raises(SpecError, match="delta"):
+        ts.plan(make_spec(delta=1e-6), 100, {}, rng=rng)
+    with pytest.raises(PrivacyError, match="γ_required"):
+        ts.plan(make_spec(gamma=1e-9), 100, {}, rng=rng)
+    with pytest.raises(SpecError, match="mmd"):
+        ts.plan(make_spec(weights="mmd", sensitivity="universal", mmd={"bandwidth": 1.0}),
+                10_000, {}, rng=rng)
+    with pytest.raises(SpecError, match="coefficients"):
+        ts.plan(make_spec(weights="ipw-known", ipw_known={"coefficients": {"zz": 1.0}}), 100, {},
+                rng=rng)
+
+
+def test_gaussian_plan_is_approximate() -> None:
+    plan = ts.plan(make_spec(noise="gaussian", delta=1e-6), 400, {}, rng=np.random.default_rng(0))
+    assert plan.guarantee == "approximate"
+    assert plan.events[0].kind == "gaussian"
+    assert plan.events[0].delta == 1e-6
+
+
+def _reference(x: np.ndarray, t: np.ndarray, w: np.ndarray, l1: float) -> np.ndarray:
+    cp = pytest.importorskip("cvxpy")
+    th = cp.Variable(x.shape[1])
+    obj = cp.sum(cp.multiply(w, cp.square(t - x @ th))) / len(t)
+    cp.Problem(cp.Minimize(obj), [cp.norm1(th) <= l1]).solve(
+        solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    return np.asarray(th.value)
+
+
+@pytest.mark.parametrize("weights", ["uniform", "ipw-rct", "ipw-known", "ebw"])
+@pytest.mark.parametrize("l1", [1.0, 500.0])
+def test_large_epsilon_equals_nonprivate(weights: str, l1: float) -> None:
+    extra: dict[str, Any] = {"weights": weights, "l1_radius": l1, "epsilon": 1e10}
+    if weights == "ipw-known":
+        extra["ipw_known"] = {"intercept": 0.0, "coefficients": {"x1": 0.8, "x2": -0.6}}
+    if weights == "ebw":
+        extra["sensitivity"] = "universal"
+        extra["epsilon"] = 1e14
+    spec = make_spec(**extra)
+    df = frame(400)
+    plan = ts.plan(spec, 400, {}, rng=np.random.default_rng(0))
+    release = ts.run(spec, df, plan, {}, rng=np.random.default_rng(0),
+                     noise_rng=np.random.default_rng(1))
+    theta = np.array(release.documents["rule.json"]["theta"])
+    setup = ts.build_setup(spec)
+    data = ts.prepare(spec, setup, df, None)
+    w = ts.compute_weights(spec, setup, data)
+    ref = _reference(data.x, data.t, w, l1)
+    assert np.allclose(theta, ref, atol=1e-6)
+    if l1 == 500.0:
+        linear_model = pytest.importorskip("sklearn.linear_model")
+        sk = linear_model.LinearRegression(fit_intercept=False).fit(data.x, data.t, sample_weight=w)
+        assert np.allclose(theta, sk.coef_, atol=1e-6)
+
+
+def test_rule_roundtrip_and_sign(tmp_path: Path) -> None:
+    """Recommendations apply the same public map; a known-sign effect gives the right rule (P12)."""
+    spec = make_spec(weights="uniform", epsilon=1e8, l1_radius=100.0)
+    df = frame(2000, seed=4)
+    plan = ts.plan(spec, 2000, {}, rng=np.random.default_rng(0))
+    rule = ts.run(spec, df, plan, {}, rng=np.random.default_rng(0),
+                  noise_rng=np.random.default_rng(1)).documents["rule.json"]
+    new = pd.DataFrame({"x1": [0.9, -0.9], "x2": [0.0, 0.0], "x3": [0.0, 0.0], "x4": [-0.5, 0.5],
+                        "id": ["p", "q"]})
+    recs = ts.apply_rule(rule, new, tmp_path / "new.csv")
+    assert recs["recommended"].tolist() == [1, 0]  # effect 3x1 − 2x4: treat p, not q
+    assert recs["id"].tolist() == ["p", "q"]
+    with pytest.raises(Exception, match="not a valid"):
+        ts.apply_rule({"command": "owl"}, new, tmp_path / "x")

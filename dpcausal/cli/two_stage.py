@@ -1,0 +1,82 @@
+"""``dpcausal two-stage``: a private treatment rule from observational data (DP-2ERM)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dpcausal.cli import options as o
+from dpcausal.cli._run import guarded, run_release_command, status, stdout_console
+from dpcausal.errors import DataError, SpecError
+from dpcausal.io.tables import inspect_table, read_table
+from dpcausal.io.writers import atomic_write, csv_bytes, parquet_bytes
+from dpcausal.methods import two_stage as method
+
+ApplyOpt = Annotated[
+    Path | None,
+    typer.Option("--apply", help="Apply a saved rule.json to --data (no privacy cost, no ledger).",
+                 dir_okay=False),
+]
+
+
+def two_stage(
+    spec: Annotated[Path | None, typer.Option("--spec", help="The YAML spec of the run.",
+                                              dir_okay=False)] = None,
+    data: o.DataOpt = None,
+    out: o.OutOpt = None,
+    ledger: o.LedgerOpt = None,
+    seed: o.SeedOpt = None,
+    dry_run: o.DryRunOpt = False,
+    as_json: o.JsonOpt = False,
+    quiet: o.QuietOpt = False,
+    apply: ApplyOpt = None,
+    test_noise_seed: o.TestNoiseSeedOpt = None,
+) -> None:
+    """Release a DP treatment rule (balancing weights + objective-perturbed ERM), or --apply one."""
+    if apply is not None:
+        guarded(lambda: _apply(apply, data, out, as_json, quiet))
+        return
+    if spec is None:
+        guarded(_missing_spec)
+        return
+    run_release_command(method.METHOD, spec_path=spec, data=data, out=out, ledger=ledger,
+                        seed=seed, dry_run=dry_run, as_json=as_json, quiet=quiet,
+                        test_noise_seed=test_noise_seed)
+
+
+def _missing_spec() -> None:
+    raise SpecError("--spec SPEC.yaml is required (or --apply RULE --data FILE --out DIR)")
+
+
+def _apply(rule_path: Path, data: Path | None, out: Path | None, as_json: bool,
+           quiet: bool) -> None:
+    """Post-processing: score new rows with a released rule; spends nothing."""
+    if data is None or out is None:
+        raise SpecError("--apply needs --data NEW_ROWS and --out DIR")
+    try:
+        doc = json.loads(Path(rule_path).read_text())
+    except FileNotFoundError as exc:
+        raise DataError(f"{rule_path}: rule file not found; check the --apply path") from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{rule_path}: cannot read the rule file as JSON ({exc})") from exc
+    info = inspect_table(data, "data file to score")
+    with status("dpcausal two-stage: applying rule", quiet or as_json):
+        frame = read_table(data, list(info.columns), "data file to score")
+        recs = method.apply_rule(doc, frame, data)
+    written = [Path(out) / "recommendations.csv"]
+    atomic_write(written[0], csv_bytes(recs))
+    if info.format == "parquet":
+        written.append(Path(out) / "recommendations.parquet")
+        atomic_write(written[1], parquet_bytes(recs))
+    summary = {"rows": len(recs), "output_paths": [str(p) for p in written],
+               "privacy_cost": "none (post-processing of a released rule)"}
+    if as_json:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    elif not quiet:
+        stdout_console().print(
+            f"applied {rule_path} to {len(recs)} rows (post-processing, no privacy cost); "
+            f"wrote {', '.join(map(str, written))}", markup=False)
