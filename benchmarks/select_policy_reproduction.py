@@ -160,7 +160,7 @@ def table1(w: World, reps: int) -> list[dict[str, float]]:
         xs, a, y_s, y_sp = targeted_pair(w, rng, 1500)
         logit = logit_fit(xs, a)  # A and X are identical in S and S′
         blocks = {n: rare_block(w, rng, n) for n in sizes}
-        x_all = np.vstack([blocks[n][0] for n in sizes])
+        x_all = np.vstack([blocks[n][0] for n in sizes] + [w.x])  # + the pool, for RMSEs
         anchor_arm = int(a[0])
         preds: dict[str, dict[str, tuple[np.ndarray, ...]]] = {}
         for name, params in (("unstable", UNSTABLE), ("stable", STABLE)):
@@ -168,6 +168,8 @@ def table1(w: World, reps: int) -> list[dict[str, float]]:
             other = {1 - anchor_arm: n_s[1 - anchor_arm]}  # that arm's rows did not change
             n_sp = tree_nuisance(params, xs, a, y_sp, logit, x_all, cache=other)
             preds[name] = {"S": n_s, "Sp": n_sp}
+        n_pool = len(w.x)
+        l2, dr_prod = nuis_diag(w, w.x, tuple(p[-n_pool:] for p in preds["unstable"]["S"]))
         start = 0
         for n in sizes:
             sl = slice(start, start + n)
@@ -180,8 +182,7 @@ def table1(w: World, reps: int) -> list[dict[str, float]]:
                 u_d, u_dp = utilities(w, xb, ab, yb, ns), utilities(w, xb, ab, yb, nsp)
                 row[f"{name}_move"] = float(np.max(np.abs(u_d - u_dp)))
                 row[f"{name}_u"] = (u_d, u_dp)  # type: ignore[assignment]
-                if name == "unstable":
-                    row["l2"], row["dr_prod"] = nuis_diag(w, xb, ns)
+                row["l2"], row["dr_prod"] = l2, dr_prod  # on the whole pool (population)
             row["naive_llr"] = llr(row["unstable_u"][0], row["unstable_u"][1], FLOOR)  # type: ignore[index]
             rec[n].append(row)
     out = []
