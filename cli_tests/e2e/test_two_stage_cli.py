@@ -14,7 +14,7 @@ import yaml
 from cli_tests.helpers import invoke, read_json, write_yaml
 
 REPO = Path(__file__).resolve().parents[2]
-FORBIDDEN = ("weights", "propensit", "balance", "residual", "lambda_hat", "smd")
+FORBIDDEN = ("propensities", "balance_table", "residual", "lambda_hat", "smd", "noise_draw")
 
 
 @pytest.fixture
@@ -56,9 +56,14 @@ def test_example_config_releases(workdir: Path) -> None:
     ledger = (workdir / "out" / "ledger.jsonl").read_text().splitlines()
     assert len(ledger) == 1
     # nothing non-private is released (weights, propensities, balance tables, residuals)
-    text = json.dumps(rule).lower()
-    assert not any(word in text.split('"weights":')[0] for word in FORBIDDEN[1:])
-    assert "stage1_released" in json.dumps(receipt)
+    assert set(rule) == {"format_version", "command", "method", "feature_map", "theta",
+                         "coefficients_original_units", "arms", "decision", "outcome_direction",
+                         "bounds", "privacy"}
+    assert sorted(p.name for p in out.iterdir()) == ["receipt.json", "recommendations.csv",
+                                                     "rule.json"]
+    text = json.dumps(rule).lower() + json.dumps(receipt).lower()
+    assert not any(word in text for word in FORBIDDEN)
+    assert receipt["assumptions"]["stage1_released"] is False
 
 
 def test_dry_run_reads_no_rows(workdir: Path) -> None:

@@ -39,6 +39,13 @@ def test_ipw_rct_two_values() -> None:
     assert w[a][0] / w[~a][0] == pytest.approx(0.7 / 0.3)
 
 
+def test_ipw_known_true_model_improves_balance() -> None:
+    x, a = _confounded(4000, seed=2)
+    w = wts.ipw_from_scores(a, 1.2 * x[:, 0] - 1.0 * x[:, 1] + 0.3)
+    _in_simplex(w)
+    assert smd(x, a, w)[:2].max() < 0.5 * smd(x, a, np.ones(4000))[:2].max()
+
+
 def test_ipw_known_is_arm_specific() -> None:
     score = np.array([0.5, 0.5, -1.0])
     a = np.array([True, False, True])

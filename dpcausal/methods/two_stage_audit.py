@@ -159,3 +159,29 @@ def structured_witness_loss(n: int, *, beta: float, gamma: float, m_y: float = 1
                                        options={"xatol": 1e-10})
         best = max(best, -float(res.fun))
     return best
+
+
+def privacy_loss_gaussian_mc(d: Dataset, dp: Dataset, *, n: int, gamma: float, sigma: float,
+                             l1_radius: float, draws: int,
+                             rng: np.random.Generator) -> FloatArray:
+    """Privacy losses log pdf_D(θ) − log pdf_D′(θ) at θ ~ the release under D (Gaussian b).
+
+    Where the unconstrained solution θ of (2H + nγI)θ = 2g − b (H = Σ w x xᵀ, g = Σ w t x) lies in
+    the interior ‖θ‖₁ < λ₁ it is the release and b_D(θ) = b; boundary outputs (where this interior
+    formula does not apply) are returned as NaN. Public-formula audit only.
+    """
+    p = d.x.shape[1]
+    h = (d.x * d.w[:, None]).T @ d.x
+    g = (d.x * (d.w * d.t)[:, None]).sum(axis=0)
+    a = 2.0 * h + n * gamma * np.eye(p)
+    bs = rng.normal(0.0, sigma, size=(draws, p))
+    thetas = np.linalg.solve(a, (2.0 * g[None, :] - bs).T).T
+    ld = log_det_jacobian(d, n, gamma) - log_det_jacobian(dp, n, gamma)
+    out = np.full(draws, np.nan)
+    for k in range(draws):
+        if float(np.abs(thetas[k]).sum()) >= l1_radius:
+            continue
+        bd = gradient_map(d, thetas[k], n, gamma)
+        bdp = gradient_map(dp, thetas[k], n, gamma)
+        out[k] = (float(bdp @ bdp) - float(bd @ bd)) / (2.0 * sigma**2) + ld
+    return out
