@@ -7,7 +7,7 @@ Each mechanism is a frozen object: its parameters, ``event()`` (the cost, comput
 from dpcausal.mechanisms._rng import noise_generator
 from dpcausal.mechanisms.exponential import ExponentialMechanism
 from dpcausal.mechanisms.gaussian import GaussianMechanism, analytic_gaussian_sigma
-from dpcausal.mechanisms.gaussian_process import GaussianProcessMechanism
+from dpcausal.mechanisms.gaussian_process import GaussianProcessMechanism, GaussianProcessPath
 from dpcausal.mechanisms.l2_laplace import L2LaplaceMechanism
 from dpcausal.mechanisms.laplace import LaplaceMechanism
 
@@ -15,6 +15,7 @@ __all__ = [
     "ExponentialMechanism",
     "GaussianMechanism",
     "GaussianProcessMechanism",
+    "GaussianProcessPath",
     "L2LaplaceMechanism",
     "LaplaceMechanism",
     "analytic_gaussian_sigma",

@@ -167,3 +167,88 @@ class GaussianProcessMechanism:
         chol = self.noise_cholesky(k)
         path = chol @ rng.standard_normal(k.shape[0])
         return vals + self.sigma * path[np.ravel(inverse)]
+
+
+PATH_NUGGET = 1e-8
+"""Independent extra variance (relative to k0's unit diagonal) at every new point of an iterative
+path: keeps the conditional covariance positive definite; it only ever adds noise."""
+
+
+class GaussianProcessPath:
+    """The corrected Algorithm 2 (spec §3.5, E4): answer queries one batch at a time from ONE GP path.
+
+    Stores the *unit noise* values u(x) already drawn (not the released outputs) and draws the noise
+    at new points from the GP conditional u_new | u_old ~ N(V ᵀC⁻¹u_old, K_new − VᵀC⁻¹V), with
+    C = k0(P, P) + τI over the stored points P. Every answer is f(x) + σ·u(x); a point asked before
+    returns its stored value. All answers together are one draw of a GP with covariance
+    σ²(k0 + τ·1{x = x′}) ⪰ σ²k0 at the queried points, so any number of queries costs the single
+    (ε, δ) of ``mechanism`` (post-processing of one GP path; extra independent noise never hurts).
+
+    Notes
+    -----
+    Neighbouring relation, sensitivity and guarantee: those of ``mechanism``
+    (:class:`GaussianProcessMechanism`). The object holds the curator's state (the stored noise and,
+    through the caller, the non-private function): it is as sensitive as the data and must never be
+    written to outputs or logs; only the answers are releasable.
+    """
+
+    def __init__(self, mechanism: GaussianProcessMechanism, *, max_points: int = 20_000) -> None:
+        self.mechanism = mechanism
+        self.max_points = max_points
+        self._points = np.zeros((0, 0))
+        self._u = np.zeros(0)
+
+    @property
+    def n_points(self) -> int:
+        """How many distinct points the path has been evaluated at."""
+        return int(self._u.shape[0])
+
+    def _lookup(self, pts: FloatArray) -> npt.NDArray[np.int64]:
+        """Index of each row of ``pts`` among the stored points, −1 when new."""
+        idx = np.full(pts.shape[0], -1, dtype=np.int64)
+        if self.n_points == 0:
+            return idx
+        for i, row in enumerate(pts):
+            hit = np.flatnonzero(np.all(self._points == row, axis=1))
+            if hit.size:
+                idx[i] = int(hit[0])
+        return idx
+
+    def _draw(self, new: FloatArray, rng: np.random.Generator) -> FloatArray:
+        h = self.mechanism.bandwidth
+        k_nn = gaussian_kernel(new, new, h) + PATH_NUGGET * np.eye(new.shape[0])
+        if self.n_points == 0:
+            mean = np.zeros(new.shape[0])
+            cov = k_nn
+        else:
+            c = gaussian_kernel(self._points, self._points, h) + PATH_NUGGET * np.eye(self.n_points)
+            v = gaussian_kernel(self._points, new, h)
+            chol = np.linalg.cholesky(c)
+            w = np.linalg.solve(chol, v)
+            mean = w.T @ np.linalg.solve(chol, self._u)
+            cov = k_nn - w.T @ w
+            cov = 0.5 * (cov + cov.T)
+        lower = self.mechanism.noise_cholesky(cov)
+        return mean + lower @ rng.standard_normal(new.shape[0])
+
+    def release(self, values_at_points: npt.ArrayLike, points: npt.ArrayLike, *,
+                rng: np.random.Generator) -> FloatArray:
+        """Return f(x) + σ·u(x) at ``points`` (d × q) given f's values there, extending the path."""
+        vals = np.asarray(values_at_points, dtype=np.float64)
+        pts = np.atleast_2d(np.asarray(points, dtype=np.float64))
+        if vals.ndim != 1 or pts.shape[0] != vals.shape[0]:
+            raise ValueError("values_at_points must be 1-d with one value per point")
+        if self.n_points and pts.shape[1] != self._points.shape[1]:
+            raise ValueError("points have a different dimension than the stored path")
+        uniq, inverse = np.unique(pts, axis=0, return_inverse=True)
+        idx = self._lookup(uniq)
+        new_rows = np.flatnonzero(idx < 0)
+        if new_rows.size:
+            if self.n_points + new_rows.size > self.max_points:
+                raise ValueError(f"the path would exceed max_points = {self.max_points}")
+            u_new = self._draw(uniq[new_rows], rng)
+            start = self.n_points
+            self._points = uniq[new_rows] if start == 0 else np.vstack([self._points, uniq[new_rows]])
+            self._u = np.concatenate([self._u, u_new])
+            idx[new_rows] = np.arange(start, start + new_rows.size)
+        return vals + self.mechanism.sigma * self._u[idx[np.ravel(inverse)]]

@@ -1,0 +1,42 @@
+"""Run one cate release in-process on a DataFrame (the same plan/run the CLI executes)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpcausal.mechanisms import noise_generator
+from dpcausal.methods import cate
+from dpcausal.spec.cate import CateSpec
+
+NONPRIVATE_EPS = 1e20
+"""ε so large that every noise sd is below 1e-9·Δ: the non-private learner, to float precision."""
+
+
+def make_spec(names: list[str], y_bounds: tuple[float, float], epsilon: float, delta: float,
+              **cate_over: Any) -> CateSpec:
+    """A cate spec over the unit box with a placeholder query file."""
+    return CateSpec.model_validate({
+        "data": {"columns": {"outcome": "Y", "treatment": "A", "covariates": names}},
+        "bounds": {"outcome": list(y_bounds), "covariates": [0.0, 1.0]},
+        "privacy": {"epsilon": epsilon, "delta": delta},
+        "cate": {"queries": "public-test-queries.csv", **cate_over},
+    })
+
+
+def release(spec: CateSpec, train: pd.DataFrame, queries: pd.DataFrame,
+            noise_seed: int | None) -> np.ndarray:
+    """Plan + run; returns the released τ̂ at the query rows."""
+    side = {"queries": queries}
+    pl = cate.plan(spec, len(train), side, rng=np.random.default_rng(0))
+    rel = cate.run(spec, train, pl, side, rng=np.random.default_rng(0),
+                   noise_rng=noise_generator(noise_seed))
+    return rel.tables["cate"]["cate"].to_numpy()
+
+
+def sqrt_pehe(tau_hat: np.ndarray, tau: np.ndarray) -> float:
+    """√PEHE = root mean squared error against the true CATE."""
+    return math.sqrt(float(np.mean((tau_hat - tau) ** 2)))
