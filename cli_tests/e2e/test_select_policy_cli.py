@@ -311,3 +311,11 @@ def test_library_call_matches_noise_generator_contract() -> None:
                     noise_rng=noise_generator(4)).documents["selection.json"]["selected"]["index"]
              for _ in range(2)]
     assert picks[0] == picks[1]
+
+
+def test_unwritable_output_exits_5_and_spends_nothing(workdir: Path) -> None:
+    Path("blocker").write_text("a file, not a directory")
+    res = invoke([CMD, "--spec", "configs/select_policy.yaml", "--out", "blocker/sub",
+                  "--seed", "3"])
+    assert res.exit_code == 5, res.output
+    assert not (workdir / "out" / "ledger.jsonl").exists()
