@@ -106,7 +106,10 @@ def coefficient_mechanism(epsilon1: float, sensitivity: float, n: int) -> L2Lapl
     Notes
     -----
     Neighbouring relation: replace one donor's whole series (n, T public; target public).
-    Sensitivity: Δ₂(f_reg) from :func:`coefficient_sensitivity` (proof there).
+    Sensitivity: Δ₂(f_reg) from :func:`coefficient_sensitivity` (full proofs there). The default
+    Δ = √(2T0/λ): with X_pre = UΣVᵀ, f_reg = U diag(σ/(σ² + λ/2)) Vᵀy and σ/(σ² + c) ≤ 1/(2√c),
+    so ‖f_reg‖ ≤ ‖y_pre‖/√(2λ) ≤ √(T0/(2λ)) on every data set (|y_t| ≤ 1 after clipping); two
+    neighbours differ by at most twice that. Attained when λ ≤ 2T0.
     Guarantee: pure ε1-DP. Noise density ∝ exp(−ε1‖v‖₂/Δ), drawn as radius ~ Gamma(n, Δ/ε1) times
     a uniform direction (the reference code's scalar-Laplace radius is not DP, spec §3.4).
     """

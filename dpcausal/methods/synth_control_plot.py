@@ -51,7 +51,8 @@ def plot_png(table: pd.DataFrame, *, target: str, epsilon: float, title_note: st
     if labels is not None:
         step = max(1, len(labels) // 12)
         ax2.set_xticks(x[::step], labels[::step], rotation=45, ha="right")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.1, right=0.97, top=0.93, bottom=0.12 if labels is None else 0.2,
+                        hspace=0.08)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
     return buf.getvalue()

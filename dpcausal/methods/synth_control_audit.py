@@ -1,0 +1,147 @@
+"""What ``audit privacy`` needs to drive ``synth-control`` (the four functions of an AuditAdapter).
+
+Registering them is one line in ``dpcausal/audit/adapters.py``::
+
+    "synth_control": AuditAdapter(synth_control.METHOD, "synth_control", *synth_control_audit.FUNCTIONS)
+
+Neighbours replace one donor's whole series (pre and post), the target stays; the synthetic panel
+keeps the data file's public structure (units, periods) and draws values inside bounds.outcome.
+Only the certified DPSC_out is auditable this way: DPSC_obj's loss is not that of an output
+perturbation (and is unbounded, spec §4.6).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.errors import SpecError
+from dpcausal.io.tables import read_table
+from dpcausal.methods import synth_control_core as core
+from dpcausal.methods.base import Release
+from dpcausal.methods.synth_control_panel import (
+    OutcomeMap,
+    PanelLayout,
+    build_layout,
+    structure_columns,
+    value_matrix,
+)
+from dpcausal.spec.synth_control import SynthControlSpec
+
+FloatArray = npt.NDArray[np.float64]
+Pair = tuple[str, pd.DataFrame | None, pd.DataFrame]
+
+
+def _layout(spec: SynthControlSpec, frame: pd.DataFrame) -> PanelLayout:
+    return build_layout(spec, frame, spec.data.path)
+
+
+def synthesize(spec: SynthControlSpec, n: int, rng: np.random.Generator) -> pd.DataFrame:
+    """A panel with the data file's public structure and uniform values inside bounds.outcome.
+
+    ``n`` (the audit's row count) is ignored: the number of rows is fixed by the public structure.
+    """
+    omap = OutcomeMap.from_spec(spec)
+    frame = read_table(spec.data.path, structure_columns(spec), "panel structure")
+    cols = spec.data.columns
+    if spec.synth_control.layout == "long":
+        assert cols.outcome is not None
+        frame[cols.outcome] = rng.uniform(omap.lo, omap.hi, len(frame))
+        return frame
+    layout = _layout(spec, frame)
+    for unit in [str(layout.target), *map(str, layout.donors)]:
+        frame[unit] = rng.uniform(omap.lo, omap.hi, len(frame))
+    return frame
+
+
+def _with_series(spec: SynthControlSpec, frame: pd.DataFrame, unit: Any,
+                 values: FloatArray) -> pd.DataFrame:
+    """A copy of ``frame`` with ``unit``'s whole series (raw units, time order) replaced."""
+    out = frame.copy()
+    cols = spec.data.columns
+    assert cols.time is not None
+    times = np.asarray(_layout(spec, frame).times)
+    if spec.synth_control.layout == "long":
+        assert cols.unit is not None
+        assert cols.outcome is not None
+        rows = (out[cols.unit] == unit).to_numpy()
+        pos = np.searchsorted(times, out.loc[rows, cols.time].to_numpy())
+        out.loc[rows, cols.outcome] = values[pos]
+    else:
+        pos = np.searchsorted(times, out[cols.time].to_numpy())
+        out[str(unit)] = values[pos]
+    return out
+
+
+def neighbours(spec: SynthControlSpec, frame: pd.DataFrame, rng: np.random.Generator,
+               k: int) -> Iterator[Pair]:
+    """``k`` replace-one-donor pairs: random corners, random series, and a planted extremal pair.
+
+    The planted pair puts the target's pre-period at the upper bound, every other donor at the
+    mapped value nearest 0, and the chosen donor at κ·y versus the opposite extreme
+    (κ = √(λ/(2T0))): for symmetric bounds this attains Δ = √(2T0/λ) (spec §3.3).
+    """
+    omap = OutcomeMap.from_spec(spec)
+    layout = _layout(spec, frame)
+    lo_m, hi_m = (float(v) for v in omap.forward(np.array([omap.lo, omap.hi])))
+    periods, t0 = layout.periods, layout.t0
+    rule = spec.synth_control.ridge_lambda
+    lam = float(t0) if rule == "T0" else float(rule)
+    for i in range(k):
+        j = int(rng.integers(layout.n))
+        donor = layout.donors[j]
+        kind = i % 3
+        if kind == 0:
+            series = np.where(rng.uniform(size=periods) < 0.5, omap.lo, omap.hi)
+            yield f"donor {donor!r} -> a corner of the bounds", None, _with_series(spec, frame, donor, series)
+        elif kind == 1:
+            series = rng.uniform(omap.lo, omap.hi, periods)
+            yield f"donor {donor!r} -> a random series", None, _with_series(spec, frame, donor, series)
+        else:
+            base = frame
+            zero = float(np.clip(0.0, lo_m, hi_m))
+            for other in layout.donors:
+                base = _with_series(spec, base, other, omap.inverse(np.full(periods, zero)))
+            base = _with_series(spec, base, layout.target, omap.inverse(np.full(periods, hi_m)))
+            kappa = float(np.clip(math.sqrt(lam / (2 * t0)), lo_m, hi_m))
+
+            def coef(c: float) -> float:  # the donor's ridge weight when every other donor is 0
+                return c * hi_m * t0 / (c * c * t0 + lam / 2)
+
+            other = max((float(np.clip(-kappa, lo_m, hi_m)), lo_m, hi_m),
+                        key=lambda c: abs(coef(kappa) - coef(c)))
+            a, b = np.full(periods, kappa), np.full(periods, other)
+            yield (f"donor {donor!r} planted at κ·y vs the opposite extreme (target at the upper "
+                   "bound)", _with_series(spec, base, donor, omap.inverse(a)),
+                   _with_series(spec, base, donor, omap.inverse(b)))
+
+
+def pre_noise(spec: SynthControlSpec, frame: pd.DataFrame, plan: PrivacyPlan,
+              side: dict[str, pd.DataFrame]) -> dict[str, FloatArray]:
+    """Each mechanism's input: f_reg (step 1) and the mapped post-period donor matrix (step 2)."""
+    if spec.synth_control.method != "out":
+        raise SpecError("synth_control.method: audit privacy covers method: out only; DPSC_obj "
+                        "(method: obj) has no DP guarantee to audit (spec §4.6)")
+    layout = _layout(spec, frame)
+    omap = OutcomeMap.from_spec(spec)
+    x_raw, y_raw = value_matrix(spec, layout, frame, spec.data.path)
+    x, y = omap.forward(x_raw), omap.forward(y_raw)
+    t0 = layout.t0
+    f_reg = core.ridge_coefficients(x[:, :t0], y[:t0], float(plan.details["lambda"]))
+    return {core.STAGE_COEF: f_reg, core.STAGE_POST: x[:, t0:].ravel()}
+
+
+def output_vector(release: Release) -> FloatArray:
+    """The released post-period counterfactual path."""
+    table = release.tables["counterfactual"]
+    return table.loc[table["period"] == "post", "counterfactual"].to_numpy(dtype=np.float64)
+
+
+FUNCTIONS = (synthesize, neighbours, pre_noise, output_vector)
+"""(synthesize, neighbours, pre_noise, output_vector), in AuditAdapter's order."""
