@@ -9,6 +9,8 @@ is not private when η̂ is learned on the same data. Δ_cert = max{2B_ψ, n ρ*
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -259,7 +261,10 @@ def plan(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any], *,
         assert setup.fmap is not None
         assumptions.update({
             "outcome_bounds": list(setup.y_bounds or ()), "mu_bounds": list(setup.mu_bounds or ()),
-            "zeta": sec.zeta, "covariates": setup.fmap.to_dict(), "learners": setup.learners,
+            "zeta": sec.zeta, "covariates": setup.fmap.to_dict(),
+            "feature_schema_sha256": hashlib.sha256(json.dumps(
+                setup.fmap.to_dict(), sort_keys=True).encode()).hexdigest(),
+            "learners": setup.learners,
             "split": ({"kind": sec.split.kind, "seed": sec.split.seed,
                        "train_fraction": sec.train_fraction, "m": setup.m, "n": setup.n}
                       if setup.regime == "learned" else None),
