@@ -9,7 +9,6 @@ noise and ridge are calibrated to how far all n weights can move when one row is
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +20,14 @@ from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.errors import (
     DataError,
-    MissingBoundsError,
     PrivacyError,
     SpecError,
     UncertifiedModeError,
 )
-from dpcausal.io.tables import numeric_column
 from dpcausal.mechanisms import L2LaplaceMechanism
 from dpcausal.mechanisms.gaussian_vector import GaussianNoiseVector
 from dpcausal.methods import two_stage_weights as wts
 from dpcausal.methods.base import MethodDef, Release, SideInput
-from dpcausal.methods.owl_features import FeatureMap
 from dpcausal.methods.two_stage_calib import (
     Calibrated,
     StabilityBounds,
@@ -42,6 +38,16 @@ from dpcausal.methods.two_stage_calib import (
     uniform_bounds,
     universal_bounds,
 )
+from dpcausal.methods.two_stage_data import (
+    M_X,
+    Prepared,
+    TwoStageSetup,
+    build_setup,
+    coef_vector,
+    prepare,
+    score_range,
+)
+from dpcausal.methods.two_stage_rule import apply_rule, load_rule, rule_document
 from dpcausal.methods.two_stage_solver import qp_terms, solve_l1_ball_qp, sufficient_stats
 from dpcausal.spec.two_stage import (
     CERTIFIED_METHODS,
@@ -52,113 +58,8 @@ from dpcausal.spec.two_stage import (
 )
 
 FloatArray = npt.NDArray[np.float64]
-RULE_FORMAT_VERSION = 1
 MMD_MAX_ROWS = 5000
 """The MMD program forms the n × n kernel matrix; larger n is refused before any row is read."""
-M_X = 1.0
-"""Every mapped feature row has ‖x‖₂ ≤ 1 (FeatureMap divides by √dim after clipping)."""
-
-
-@dataclass(frozen=True)
-class TwoStageSetup:
-    """Every public constant of one run, derived from the spec alone."""
-
-    fmap: FeatureMap
-    lower: float
-    upper: float
-    l1_radius: float
-    u_range: tuple[float, float] | None  # ipw-known: [u_lo, u_hi] of 1/π over the public domain
-
-    @property
-    def center(self) -> float:
-        """Public outcome offset: the midpoint of the bounds (does not change the IPW target)."""
-        return 0.5 * (self.lower + self.upper)
-
-    @property
-    def m_y(self) -> float:
-        """|y − center| ≤ M_y."""
-        return 0.5 * (self.upper - self.lower)
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """Mapped rows of one table (never released)."""
-
-    x: FloatArray  # stage-2 features, ‖x‖ ≤ 1
-    scaled: FloatArray  # clipped, scaled covariates (stage-1 features)
-    raw: FloatArray  # clipped raw covariates
-    a: npt.NDArray[np.bool_]  # True = treated
-    t: FloatArray  # 2·(y − center)·ã
-
-
-def build_setup(spec: TwoStageSpec) -> TwoStageSetup:
-    """Derive the public constants; refuse when a bound the sensitivity needs is missing."""
-    sec = spec.two_stage
-    cols = spec.data.columns
-    if not cols.covariates:
-        raise SpecError("data.columns.covariates: two-stage needs at least one covariate column")
-    if cols.outcome is None or cols.treatment is None:
-        raise SpecError("data.columns: two-stage needs both 'outcome' and 'treatment' columns")
-    if spec.bounds.outcome is None:
-        raise MissingBoundsError(
-            "bounds.outcome is missing: two-stage needs public outcome bounds [lo, hi] (ζ depends on "
-            "them; they are never taken from the data); add e.g. bounds: {outcome: [-20, 20]}"
-        )
-    missing = [c for c in cols.covariates if spec.bounds.covariate(c) is None]
-    if missing:
-        raise MissingBoundsError(
-            f"bounds.covariates has no bound for {', '.join(missing)}: two-stage needs public bounds "
-            "for every covariate; add them per column or give one [lo, hi] for all"
-        )
-    if sec.l1_radius is None:
-        raise MissingBoundsError(
-            "two_stage.l1_radius is missing: θ must lie in a public ℓ₁ ball (the squared loss has no "
-            "finite gradient bound otherwise); add e.g. two_stage: {l1_radius: 10}"
-        )
-    bnds = np.array([spec.bounds.covariate(c) for c in cols.covariates], dtype=np.float64)
-    fmap = FeatureMap(tuple(cols.covariates), bnds[:, 0], bnds[:, 1], sec.scaling, sec.intercept)
-    lo, hi = spec.bounds.outcome
-    if sec.outcome_direction == "lower":
-        lo, hi = -hi, -lo
-    u_range = None
-    if sec.weights == "ipw-known":
-        if sec.ipw_known is None:
-            raise MissingBoundsError(
-                "weights: ipw-known needs two_stage.ipw_known: {intercept: c0, coefficients: "
-                "{x1: c1, ...}} — the PUBLIC propensity model (never fitted on this data)"
-            )
-        unknown = sorted(set(sec.ipw_known.coefficients) - set(cols.covariates))
-        if unknown:
-            raise SpecError(
-                f"two_stage.ipw_known.coefficients: {', '.join(unknown)} not in "
-                "data.columns.covariates; name covariates of the spec"
-            )
-        s_lo, s_hi = score_range(spec, bnds)
-        u_lo = min(1.0 + math.exp(-s_hi), 1.0 + math.exp(s_lo))
-        u_hi = max(1.0 + math.exp(-s_lo), 1.0 + math.exp(s_hi))
-        u_range = (u_lo, u_hi)
-    if sec.weights == "ipw-rct" and sec.ipw_rct is None:
-        raise MissingBoundsError(
-            "weights: ipw-rct needs two_stage.ipw_rct: {p_treated: P} — the design probability"
-        )
-    return TwoStageSetup(fmap, lo, hi, float(sec.l1_radius), u_range)
-
-
-def _coef_vector(spec: TwoStageSpec) -> FloatArray:
-    known = spec.two_stage.ipw_known
-    assert known is not None
-    return np.array([known.coefficients.get(c, 0.0) for c in spec.data.columns.covariates])
-
-
-def score_range(spec: TwoStageSpec, bnds: FloatArray) -> tuple[float, float]:
-    """Exact range of c₀ + Σ c_j x_j over the public covariate box."""
-    known = spec.two_stage.ipw_known
-    assert known is not None
-    coef = _coef_vector(spec)
-    lo_terms = np.minimum(coef * bnds[:, 0], coef * bnds[:, 1])
-    hi_terms = np.maximum(coef * bnds[:, 0], coef * bnds[:, 1])
-    return known.intercept + float(lo_terms.sum()), known.intercept + float(hi_terms.sum())
-
 
 def data_columns(spec: TwoStageSpec) -> list[str]:
     """Columns two-stage reads from the sensitive file."""
@@ -186,43 +87,6 @@ def _same_file(a: Path, b: Path) -> bool:
     except OSError:
         return False
 
-
-def _matches(col: pd.Series, label: Any) -> npt.NDArray[np.bool_]:
-    if pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
-        if isinstance(label, bool | int | float):
-            return (col == label).to_numpy(dtype=bool, na_value=False)
-        return np.zeros(len(col), dtype=bool)
-    return (col.astype("string") == str(label)).to_numpy(dtype=bool, na_value=False)
-
-
-def prepare(spec: TwoStageSpec, setup: TwoStageSetup, frame: pd.DataFrame,
-            path: Path | None) -> Prepared:
-    """Validate and map the table: clip to the public bounds, features, ±1 arms, targets t."""
-    cols = spec.data.columns
-    sec = spec.two_stage
-    assert cols.outcome is not None
-    assert cols.treatment is not None
-    raw = np.column_stack([numeric_column(frame, c, path) for c in cols.covariates])
-    y = numeric_column(frame, cols.outcome, path)
-    if sec.outcome_direction == "lower":
-        y = -y
-    treated = _matches(frame[cols.treatment], sec.treated)
-    control = _matches(frame[cols.treatment], sec.control_label())
-    other = ~(treated | control)
-    if other.any():
-        first = int(np.flatnonzero(other)[0])
-        raise DataError(
-            f"{path}: column '{cols.treatment}' has {int(other.sum())} value(s) that are neither "
-            f"the treated value {sec.treated!r} nor the control value {sec.control_label()!r} "
-            f"(first at data row {first + 1}: {frame[cols.treatment].iloc[first]!r}); two-stage "
-            "needs a binary treatment: collapse the arms, or set two_stage.treated/control"
-        )
-    raw = np.clip(raw, setup.fmap.lower, setup.fmap.upper)
-    yc = np.clip(y, setup.lower, setup.upper) - setup.center
-    t = 2.0 * yc * np.where(treated, 1.0, -1.0)
-    return Prepared(setup.fmap.transform(raw), setup.fmap.scale(raw), raw, treated, t)
-
-
 def _moments(scaled: FloatArray, order: int) -> tuple[FloatArray, float]:
     """g(x) = (1, s) or (1, s, s²) and its public norm bound M_g (|s_j| ≤ 1 after scaling)."""
     parts = [np.ones((scaled.shape[0], 1)), scaled]
@@ -248,7 +112,7 @@ def compute_weights(spec: TwoStageSpec, setup: TwoStageSetup, data: Prepared) ->
         w = wts.ipw_rct_weights(data.a, sec.ipw_rct.p_treated)
     elif sec.weights == "ipw-known":
         assert sec.ipw_known is not None
-        score = sec.ipw_known.intercept + data.raw @ _coef_vector(spec)
+        score = sec.ipw_known.intercept + data.raw @ coef_vector(spec)
         w = wts.ipw_from_scores(data.a, score)
     elif sec.weights == "ipw-logit":
         cfg = sec.ipw_logit or IpwLogitSection()
@@ -287,6 +151,7 @@ def stability_bounds(spec: TwoStageSpec, setup: TwoStageSetup, n: int) -> Stabil
         return ipw_rct_bounds(n, sec.ipw_rct.p_treated)
     assert setup.u_range is not None
     return ipw_known_bounds(n, *setup.u_range)
+
 
 
 def mechanism(spec: TwoStageSpec, cal: Calibrated, dim: int) -> L2LaplaceMechanism | GaussianNoiseVector:
@@ -438,70 +303,24 @@ def run(spec: TwoStageSpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[s
         release.summary["apply_to_rows"] = len(recs)
     return release
 
-
-def rule_document(spec: TwoStageSpec, setup: TwoStageSetup, theta: FloatArray,
-                  plan: PrivacyPlan) -> dict[str, Any]:
-    """Everything needed to apply the released rule, and nothing private."""
-    ev = plan.events[0]
-    sec = spec.two_stage
-    return {
-        "format_version": RULE_FORMAT_VERSION,
-        "command": "two-stage",
-        "method": "DP-2ERM (Lee & Chen): weighted ITR regression, objective perturbation",
-        "feature_map": setup.fmap.to_dict(),
-        "theta": [float(v) for v in theta],
-        "coefficients_original_units": setup.fmap.original_units(theta),
-        "arms": {"treated": sec.treated, "control": sec.control_label()},
-        "decision": "recommend treated when score = x(v)·theta > 0, else control (ties: control)",
-        "outcome_direction": sec.outcome_direction,
-        "bounds": {"l1_radius": setup.l1_radius, "M_x": M_X, "M_y": setup.m_y,
-                   "outcome": [setup.lower, setup.upper] if sec.outcome_direction == "higher"
-                   else [-setup.upper, -setup.lower]},
-        "privacy": {
-            "epsilon": ev.epsilon, "delta": ev.delta,
-            "guarantee": ("none (calibration: paper)" if not plan.dp_guarantee
-                          else plan.guarantee),
-            "weights": sec.weights, "sensitivity": sec.sensitivity,
-            "calibration": sec.calibration, "noise": sec.noise,
-            "gamma": plan.details["gamma"], "noise_scale": ev.noise_scale,
-            "neighbouring": "replace-one row, n public",
-        },
-    }
-
-
-def load_rule(doc: Any, path: Path) -> tuple[FeatureMap, FloatArray, dict[str, Any]]:
-    """Validate a rule document; return its feature map, θ and arms."""
-    try:
-        if doc.get("command") != "two-stage" or doc.get("format_version") != RULE_FORMAT_VERSION:
-            raise ValueError("not a two-stage rule of format_version 1")
-        fmap = FeatureMap.from_dict(doc["feature_map"])
-        theta = np.asarray(doc["theta"], dtype=np.float64)
-        if theta.shape != (fmap.dim,) or not np.all(np.isfinite(theta)):
-            raise ValueError(f"theta must hold {fmap.dim} finite numbers")
-        arms = dict(doc["arms"])
-        _ = arms["treated"], arms["control"]
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise DataError(f"{path}: not a valid dpcausal two-stage rule file ({exc})") from exc
-    return fmap, theta, arms
-
-
-def apply_rule(doc: dict[str, Any], frame: pd.DataFrame, path: Path | None) -> pd.DataFrame:
-    """Return ``frame`` plus a ``recommended`` column (post-processing of the released θ)."""
-    fmap, theta, arms = load_rule(doc, Path(str(path)))
-    missing = [c for c in fmap.names if c not in frame.columns]
-    if missing:
-        raise DataError(f"{path}: covariate column(s) {', '.join(missing)} of the rule not found")
-    x = np.column_stack([numeric_column(frame, c, path) for c in fmap.names])
-    rec = fmap.transform(x) @ theta > 0.0
-    out = frame.copy()
-    labels = np.array([arms["control"], arms["treated"]], dtype=object)
-    out["recommended"] = pd.Series(labels[rec.astype(int)], index=out.index).infer_objects()
-    return out
-
-
 METHOD = MethodDef(
     command="two-stage", spec_model=TwoStageSpec, data_columns=data_columns,
     side_inputs=side_inputs, plan=plan, run=run,
 )
 
-__all__ = ["METHOD", "apply_rule", "build_setup", "compute_weights", "fit_theta", "plan", "prepare"]
+__all__ = [
+    "METHOD",
+    "M_X",
+    "Prepared",
+    "TwoStageSetup",
+    "apply_rule",
+    "build_setup",
+    "compute_weights",
+    "fit_theta",
+    "load_rule",
+    "plan",
+    "prepare",
+    "rule_document",
+    "score_range",
+    "stability_bounds",
+]

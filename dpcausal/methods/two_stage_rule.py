@@ -1,0 +1,80 @@
+"""``two-stage``: the released rule document and applying it to new rows (post-processing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.errors import DataError
+from dpcausal.io.tables import numeric_column
+from dpcausal.methods.owl_features import FeatureMap
+from dpcausal.methods.two_stage_data import M_X, TwoStageSetup
+from dpcausal.spec.two_stage import TwoStageSpec
+
+FloatArray = npt.NDArray[np.float64]
+RULE_FORMAT_VERSION = 1
+
+
+def rule_document(spec: TwoStageSpec, setup: TwoStageSetup, theta: FloatArray,
+                  plan: PrivacyPlan) -> dict[str, Any]:
+    """Everything needed to apply the released rule, and nothing private."""
+    ev = plan.events[0]
+    sec = spec.two_stage
+    return {
+        "format_version": RULE_FORMAT_VERSION,
+        "command": "two-stage",
+        "method": "DP-2ERM (Lee & Chen): weighted ITR regression, objective perturbation",
+        "feature_map": setup.fmap.to_dict(),
+        "theta": [float(v) for v in theta],
+        "coefficients_original_units": setup.fmap.original_units(theta),
+        "arms": {"treated": sec.treated, "control": sec.control_label()},
+        "decision": "recommend treated when score = x(v)·theta > 0, else control (ties: control)",
+        "outcome_direction": sec.outcome_direction,
+        "bounds": {"l1_radius": setup.l1_radius, "M_x": M_X, "M_y": setup.m_y,
+                   "outcome": [setup.lower, setup.upper] if sec.outcome_direction == "higher"
+                   else [-setup.upper, -setup.lower]},
+        "privacy": {
+            "epsilon": ev.epsilon, "delta": ev.delta,
+            "guarantee": ("none (calibration: paper)" if not plan.dp_guarantee
+                          else plan.guarantee),
+            "weights": sec.weights, "sensitivity": sec.sensitivity,
+            "calibration": sec.calibration, "noise": sec.noise,
+            "gamma": plan.details["gamma"], "noise_scale": ev.noise_scale,
+            "neighbouring": "replace-one row, n public",
+        },
+    }
+
+
+def load_rule(doc: Any, path: Path) -> tuple[FeatureMap, FloatArray, dict[str, Any]]:
+    """Validate a rule document; return its feature map, θ and arms."""
+    try:
+        if doc.get("command") != "two-stage" or doc.get("format_version") != RULE_FORMAT_VERSION:
+            raise ValueError("not a two-stage rule of format_version 1")
+        fmap = FeatureMap.from_dict(doc["feature_map"])
+        theta = np.asarray(doc["theta"], dtype=np.float64)
+        if theta.shape != (fmap.dim,) or not np.all(np.isfinite(theta)):
+            raise ValueError(f"theta must hold {fmap.dim} finite numbers")
+        arms = dict(doc["arms"])
+        _ = arms["treated"], arms["control"]
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"{path}: not a valid dpcausal two-stage rule file ({exc})") from exc
+    return fmap, theta, arms
+
+
+def apply_rule(doc: dict[str, Any], frame: pd.DataFrame, path: Path | None) -> pd.DataFrame:
+    """Return ``frame`` plus a ``recommended`` column (post-processing of the released θ)."""
+    fmap, theta, arms = load_rule(doc, Path(str(path)))
+    missing = [c for c in fmap.names if c not in frame.columns]
+    if missing:
+        raise DataError(f"{path}: covariate column(s) {', '.join(missing)} of the rule not found")
+    x = np.column_stack([numeric_column(frame, c, path) for c in fmap.names])
+    rec = fmap.transform(x) @ theta > 0.0
+    out = frame.copy()
+    labels = np.array([arms["control"], arms["treated"]], dtype=object)
+    out["recommended"] = pd.Series(labels[rec.astype(int)], index=out.index).infer_objects()
+    return out
