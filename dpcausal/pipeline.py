@@ -8,7 +8,8 @@ crash can waste budget but can never publish an uncharged release.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from dpcausal.accounting.budget import Budget
 from dpcausal.accounting.ledger import Ledger, LedgerState
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.accounting.receipt import build_receipt, finalize, sha256_bytes
+from dpcausal.errors import OutputError
 from dpcausal.io import tables
 from dpcausal.io.documents import read_document
 from dpcausal.io.writers import (
@@ -75,6 +77,38 @@ def render_release(release: Release, *, parquet: bool) -> dict[str, bytes]:
     return files
 
 
+def write_release_files(out_dir: Path, files: dict[str, bytes], receipt: bytes) -> list[Path]:
+    """Replace the output set in ``out_dir``: old receipt first, new files, new receipt last.
+
+    Each file is written atomically. Removing the old receipt first means a run killed midway
+    leaves no receipt that claims files of either run; files the previous receipt listed that
+    this release does not write are removed, so stale outputs never sit beside a new receipt.
+    """
+    old_receipt = out_dir / "receipt.json"
+    stale: list[Path] = []
+    if old_receipt.is_file():
+        try:
+            previous = json.loads(old_receipt.read_text())
+            stale = [out_dir / o["path"] for o in previous.get("outputs", [])
+                     if isinstance(o, dict) and o.get("path") not in files
+                     and "/" not in str(o.get("path")) and str(o.get("path")) != "receipt.json"]
+        except (OSError, ValueError, AttributeError):
+            stale = []
+    try:
+        old_receipt.unlink(missing_ok=True)
+        for path in stale:
+            path.unlink(missing_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{out_dir}: cannot replace the previous outputs: {exc.strerror}") from exc
+    written = []
+    for name, data in files.items():
+        atomic_write(out_dir / name, data)
+        written.append(out_dir / name)
+    atomic_write(old_receipt, receipt)
+    written.append(old_receipt)
+    return written
+
+
 def load_side_inputs(method: MethodDef, spec: CommonSpec) -> dict[str, Any]:
     """Read the public side files a method declares (tables, or YAML/JSON documents)."""
     return {
@@ -131,10 +165,17 @@ def execute(
     out_dir = Path(spec.output.dir)
     check_writable_dir(out_dir)
     frame = tables.read_table(spec.data.path, method.data_columns(spec))
+    if test_noise_seed is not None:
+        plan = replace(plan, dp_guarantee=False)  # seeded noise can be subtracted: no guarantee
+        result.plan = plan
     noise_rng = noise_generator(test_noise_seed)
     release = method.run(spec, frame, plan, side, rng=rng, noise_rng=noise_rng)
     del frame
     files = render_release(release, parquet=info.format == "parquet")
+    for name in [*files, "receipt.json"]:
+        if (out_dir / name).is_dir():
+            raise OutputError(f"{out_dir / name}: an output would replace a directory; remove it "
+                              "or choose another --out (nothing was spent)")
     receipt = build_receipt(
         plan,
         spec_sha256=spec_sha256,
@@ -152,11 +193,12 @@ def execute(
         )
     else:
         receipt = finalize({**receipt, "ledger": None}, None)
-    for name, data in files.items():
-        atomic_write(out_dir / name, data)
-        result.output_paths.append(out_dir / name)
-    atomic_write(out_dir / "receipt.json", json_bytes(receipt))
-    result.output_paths.append(out_dir / "receipt.json")
+    try:
+        result.output_paths = write_release_files(out_dir, files, json_bytes(receipt))
+    except OutputError as exc:
+        charged = f"charged to the ledger (entry {receipt['hash'][:12]})" if receipt["ledger"] else ""
+        raise OutputError(f"{exc}. The release was {charged or 'computed'} but its outputs are "
+                          "incomplete (no receipt.json was written)") from exc
     result.receipt = receipt
     result.summary = release.summary
     return result

@@ -17,13 +17,14 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import filelock
 
 from dpcausal.accounting.budget import Budget, compose_events
-from dpcausal.accounting.receipt import GENESIS_HASH, finalize
+from dpcausal.accounting.receipt import GENESIS_HASH, finalize, receipt_hash
 from dpcausal.errors import BudgetExceededError, LedgerLockError, OutputError
 
 LOCK_TIMEOUT_SECONDS = 60.0
@@ -51,6 +52,33 @@ class LedgerState:
             "spent_after": self.after.to_dict(),
             "cap": self.cap.to_dict(),
         }
+
+
+def _line_problem(line: str, prev: str) -> str | None:
+    """Why a ledger line cannot be trusted, or None."""
+    try:
+        entry = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return f"not valid JSON: {exc.msg}"
+    if not isinstance(entry, dict):
+        return "not a JSON object"
+    if entry.get("prev_hash") != prev:
+        return "hash chain broken: prev_hash does not match the previous line"
+    if receipt_hash(entry) != entry.get("hash"):
+        return "its hash does not match its content (edited after writing)"
+    events = entry.get("events")
+    if not isinstance(events, list):
+        return "no events list"
+    for ev in events:
+        try:
+            eps, delta = float(ev["epsilon"]), float(ev["delta"])
+        except (KeyError, TypeError, ValueError):
+            return "an event without numeric epsilon and delta"
+        if not (math.isfinite(eps) and eps >= 0 and 0 <= delta <= 1):
+            return "an event with a negative or non-finite epsilon or delta"
+    if not isinstance((entry.get("ledger") or {}).get("dataset"), str):
+        return "no ledger.dataset"
+    return None
 
 
 def _fmt(b: Budget) -> str:
@@ -89,7 +117,13 @@ class Ledger:
             raise OutputError(f"{self.path}: cannot open the ledger: {exc.strerror}") from exc
 
     def entries(self) -> list[dict[str, Any]]:
-        """Parse every line; raise OutputError on a torn or non-JSON line."""
+        """Parse and check every line; raise OutputError on anything a spend must not trust.
+
+        Checked: a complete last line, JSON objects, each line's own hash, the chain of
+        ``prev_hash``, and events whose ε and δ are finite and non-negative. A forged or edited
+        line could otherwise refund budget. (Dropping whole lines from the end keeps a valid chain:
+        keep receipts, or back the ledger up append-only, to detect that.)
+        """
         if not self.path.exists():
             return []
         try:
@@ -98,18 +132,48 @@ class Ledger:
             raise OutputError(f"{self.path}: cannot read the ledger: {exc.strerror}") from exc
         if raw and not raw.endswith(b"\n"):
             raise OutputError(
-                f"{self.path}: the last line is incomplete (a run was interrupted while writing); "
-                "run 'dpcausal audit verify' and restore the ledger from backup before spending more"
+                f"{self.path}: the last line is incomplete (a run was killed while appending; it "
+                f"released nothing); run 'dpcausal audit repair --ledger {self.path}' to move it aside"
             )
-        out = []
-        for lineno, line in enumerate(raw.decode("utf-8").splitlines(), start=1):
+        out: list[dict[str, Any]] = []
+        prev = GENESIS_HASH
+        for lineno, line in enumerate(raw.decode("utf-8", "replace").splitlines(), start=1):
             if not line.strip():
                 continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise OutputError(f"{self.path}: line {lineno} is not valid JSON ({exc.msg})") from exc
+            problem = _line_problem(line, prev)
+            if problem:
+                raise OutputError(
+                    f"{self.path}: line {lineno} fails the ledger's integrity check ({problem}); "
+                    f"nothing was spent. Run 'dpcausal audit verify --ledger {self.path}' and "
+                    "restore the ledger from a backup"
+                )
+            entry = json.loads(line)
+            out.append(entry)
+            prev = entry["hash"]
         return out
+
+    def repair_torn_tail(self) -> Path | None:
+        """Under the lock, move an incomplete last line to ``<ledger>.torn-<time>``.
+
+        A torn line comes from a run killed during its append; such a run wrote no output (outputs
+        are written only after a complete, fsynced append), so removing it refunds nothing that
+        was released. Returns the file the torn bytes were saved to, or None if there was none.
+        """
+        with self._locked():
+            if not self.path.exists():
+                return None
+            raw = self.path.read_bytes()
+            if not raw or raw.endswith(b"\n"):
+                return None
+            cut = raw.rfind(b"\n") + 1
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+            saved = self.path.with_name(f"{self.path.name}.torn-{stamp}")
+            saved.write_bytes(raw[cut:])
+            with self.path.open("r+b") as fh:
+                fh.truncate(cut)
+                fh.flush()
+                os.fsync(fh.fileno())
+            return saved
 
     @staticmethod
     def spent_in(entries: list[dict[str, Any]], dataset: str) -> Budget:
@@ -125,8 +189,15 @@ class Ledger:
         return Budget(math.fsum(eps), min(1.0, math.fsum(dels)))
 
     def state(self, dataset: str, requested: Budget, cap: Budget) -> LedgerState:
-        """Read the current spend (without the lock) and describe the planned run."""
-        return LedgerState(dataset, self.spent_in(self.entries(), dataset), requested, cap)
+        """Read the current spend (under the lock, so never a half-written line).
+
+        Creates nothing: with no ledger file yet, nothing has been spent.
+        """
+        if not self.path.exists():
+            return LedgerState(dataset, Budget(0.0, 0.0), requested, cap)
+        with self._locked():
+            entries = self.entries()
+        return LedgerState(dataset, self.spent_in(entries, dataset), requested, cap)
 
     @staticmethod
     def check(state: LedgerState) -> None:

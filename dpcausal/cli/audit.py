@@ -15,7 +15,7 @@ from rich.progress import Progress, TaskID
 
 from dpcausal.audit.verify import verify
 from dpcausal.cli._run import guarded, show_progress, stderr_console, stdout_console
-from dpcausal.errors import AuditViolation, SpecError
+from dpcausal.errors import AuditViolation, OutputError, SpecError
 
 app = typer.Typer(no_args_is_help=True,
                   help="Verify receipts and the ledger; audit a command's privacy empirically.")
@@ -59,6 +59,32 @@ def verify_cmd(
                 + (f" (and {len(report.problems) - 1} more problem(s))"
                    if len(report.problems) > 1 else "")
             )
+
+    guarded(body)
+
+
+@app.command("repair")
+def repair_cmd(
+    ledger: Annotated[Path, typer.Option("--ledger", help="Ledger JSONL file.")],
+) -> None:
+    """Move an incomplete last line (left by a run killed while appending) out of the ledger.
+
+    Such a run released nothing, so no spend is lost; the torn bytes are kept in
+    LEDGER.torn-<time>. Any other damage is refused: restore the ledger from a backup.
+    """
+
+    def body() -> None:
+        from dpcausal.accounting.ledger import Ledger
+
+        if not ledger.exists():
+            raise OutputError(f"{ledger}: ledger not found; check --ledger")
+        saved = Ledger(ledger).repair_torn_tail()
+        if saved is None:
+            stdout_console().print(f"{ledger}: no incomplete line; nothing to repair", markup=False)
+        else:
+            stdout_console().print(f"{ledger}: moved the incomplete last line to {saved}",
+                                   markup=False)
+        Ledger(ledger).entries()  # the rest must now pass the integrity check
 
     guarded(body)
 

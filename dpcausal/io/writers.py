@@ -40,6 +40,9 @@ def atomic_write(path: Path, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)  # mkstemp creates 0600; outputs get the usual mode
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()

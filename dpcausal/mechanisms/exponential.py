@@ -71,4 +71,4 @@ class ExponentialMechanism:
         u = np.asarray(utilities, dtype=np.float64)
         if u.ndim != 1 or u.size == 0 or not np.all(np.isfinite(u)):
             raise ValueError("utilities must be a non-empty 1-d array of finite values")
-        return int(np.argmax(u / self.temperature + rng.gumbel(0.0, 1.0, size=u.shape)))
+        return int(np.argmax((u - u.max()) / self.temperature + rng.gumbel(0.0, 1.0, size=u.shape)))

@@ -23,6 +23,8 @@ def _check_interval(v: tuple[float, float]) -> tuple[float, float]:
         raise ValueError(f"bounds must be finite numbers, got [{lo}, {hi}]")
     if not lo < hi:
         raise ValueError(f"lower bound must be < upper bound, got [{lo}, {hi}]")
+    if not math.isfinite(hi - lo):
+        raise ValueError(f"bounds are too wide to compute with (hi - lo overflows), got [{lo}, {hi}]")
     return v
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import TypeVar
 
@@ -75,7 +76,9 @@ def load_spec(path: Path, model: type[M]) -> tuple[M, str]:
     if not isinstance(doc, dict):
         raise SpecError(f"{path}: the spec must be a YAML mapping of sections (data, bounds, ...)")
     try:
-        spec = model.model_validate(doc)
+        # Strict, through JSON: YAML's `true` is not a number, "5" is not a float, `yes` is not a
+        # boolean; lists still become tuples (bounds) and strings paths.
+        spec = model.model_validate_json(json.dumps(doc, default=str), strict=True)
     except ValidationError as exc:
         raise SpecError(format_validation_error(path, exc)) from exc
     return spec, hashlib.sha256(raw).hexdigest()

@@ -1,0 +1,120 @@
+"""Regression tests for the findings of the adversarial review of the foundation (see git log)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cli_tests.helpers import invoke, write_yaml
+from dpcausal.accounting.budget import Budget
+from dpcausal.accounting.events import PrivacyEvent
+from dpcausal.accounting.ledger import Ledger
+from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.accounting.receipt import build_receipt
+from dpcausal.errors import OutputError, SpecError
+from dpcausal.io.writers import atomic_write
+from dpcausal.mechanisms import ExponentialMechanism
+from dpcausal.pipeline import write_release_files
+from dpcausal.spec.load import load_spec
+from dpcausal.spec.owl import OwlSpec
+
+BASE = {
+    "data": {"path": "d.csv", "columns": {"outcome": "B", "treatment": "A", "covariates": ["x1"]}},
+    "bounds": {"outcome": [0, 1], "covariates": [0, 1]},
+    "privacy": {"epsilon": 1.0},
+    "owl": {"treated": 1, "propensity": 0.5, "gamma": 10.0},
+}
+
+
+def _spec(tmp_path: Path, section: str, key: str, value: object) -> Path:
+    doc = json.loads(json.dumps(BASE))
+    doc[section][key] = value
+    return write_yaml(tmp_path / "s.yaml", doc)
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [("privacy", "epsilon", True), ("privacy", "epsilon", "5"), ("owl", "gamma", True),
+     ("owl", "intercept", "yes"), ("owl", "intercept", 1), ("bounds", "outcome", [0, True])],
+)
+def test_yaml_types_are_not_coerced(tmp_path: Path, section: str, key: str, value: object) -> None:
+    with pytest.raises(SpecError, match=rf"{section}\.{key}"):
+        load_spec(_spec(tmp_path, section, key, value), OwlSpec)
+
+
+def test_integers_still_count_as_floats(tmp_path: Path) -> None:
+    spec, _ = load_spec(_spec(tmp_path, "privacy", "epsilon", 2), OwlSpec)
+    assert spec.privacy.epsilon == 2.0
+
+
+def test_overflowing_bound_width_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="too wide"):
+        load_spec(_spec(tmp_path, "bounds", "outcome", [-1e308, 1e308]), OwlSpec)
+
+
+def _plan() -> PrivacyPlan:
+    ev = PrivacyEvent("laplace", "t", 0.5, 0.0, 1.0, "l1", 2.0)
+    return PrivacyPlan("test", (ev,), {"relation": "replace-one"}, "pure", True)
+
+
+def _append(ledger: Ledger) -> dict:
+    plan = _plan()
+    receipt = build_receipt(plan, spec_sha256="x", outputs={}, seeded_noise=False, dataset="d")
+    return ledger.append(receipt, dataset="d", cap=Budget(10.0), requested=plan.cost)
+
+
+@pytest.mark.parametrize(
+    "forged",
+    ['{"ledger":{"dataset":"d"},"events":[{"epsilon":-10,"delta":0}]}', "[]",
+     '{"ledger":{"dataset":"d"},"events":[{"epsilon":"x","delta":0}]}'],
+)
+def test_spending_refuses_an_untrustworthy_ledger(tmp_path: Path, forged: str) -> None:
+    ledger = Ledger(tmp_path / "l.jsonl")
+    _append(ledger)
+    with ledger.path.open("a") as fh:
+        fh.write(forged + "\n")
+    with pytest.raises(OutputError, match="line 2 fails the ledger's integrity check"):
+        ledger.state("d", Budget(0.5), Budget(10.0))
+    with pytest.raises(OutputError, match="integrity"):
+        _append(ledger)
+
+
+def test_repair_moves_a_torn_tail_aside(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "l.jsonl")
+    _append(ledger)
+    with ledger.path.open("ab") as fh:
+        fh.write(b'{"torn": tr')
+    with pytest.raises(OutputError, match="audit repair"):
+        _append(ledger)
+    res = invoke(["audit", "repair", "--ledger", ledger.path])
+    assert res.exit_code == 0 and "moved the incomplete last line" in res.stdout
+    assert len(list(tmp_path.glob("l.jsonl.torn-*"))) == 1
+    _append(ledger)
+    assert len(ledger.entries()) == 2
+    assert invoke(["audit", "repair", "--ledger", ledger.path]).exit_code == 0
+
+
+def test_release_files_replace_the_previous_set(tmp_path: Path) -> None:
+    write_release_files(tmp_path, {"a.csv": b"1", "b.csv": b"2"},
+                        json.dumps({"outputs": [{"path": "a.csv"}, {"path": "b.csv"}]}).encode())
+    write_release_files(tmp_path, {"a.csv": b"3"}, json.dumps({"outputs": [{"path": "a.csv"}]}).encode())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv", "receipt.json"]
+
+
+def test_outputs_have_the_usual_mode(tmp_path: Path) -> None:
+    atomic_write(tmp_path / "f.json", b"{}")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "f.json").stat().st_mode) == 0o666 & ~umask
+
+
+def test_exponential_mechanism_survives_extreme_scores() -> None:
+    mech = ExponentialMechanism(1.0, 1e-300)
+    picks = {mech.release(np.array([0.0, 1e-290, 5e-291]), rng=np.random.default_rng(i))
+             for i in range(20)}
+    assert picks == {1}
