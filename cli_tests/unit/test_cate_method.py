@@ -260,3 +260,24 @@ def test_query_file_must_not_be_the_data(tmp_path: Path) -> None:
     doc["data"]["path"] = str(tmp_path / "d.csv")
     with pytest.raises(SpecError, match="sensitive data file"):
         cate.side_inputs(CateSpec.model_validate(doc))
+
+
+def test_two_dimensional_grid_and_fixed_covariates() -> None:
+    frame = dataset1(300, 6)
+    spec = make_spec(grid={"points": 9}, privacy={"epsilon": 2.0})
+    pl = cate.plan(spec, len(frame), {}, rng=np.random.default_rng(0))
+    assert pl.details["queries"] == 81
+    rel = cate.run(spec, frame, pl, {}, rng=np.random.default_rng(0),
+                   noise_rng=np.random.default_rng(1))
+    table = rel.tables["cate"]
+    assert list(table.columns) == ["x0", "x1", "cate"] and len(table) == 81
+    assert rel.figures["cate.png"][:4] == b"\x89PNG"
+    doc = make_spec().model_dump(mode="json")
+    doc["data"]["columns"]["covariates"] = ["x0", "x1", "x2"]
+    doc["cate"]["grid"] = {"points": 4}
+    with pytest.raises(SpecError, match=r"cate\.grid\.vary"):
+        cate.plan(CateSpec.model_validate(doc), 500, {}, rng=np.random.default_rng(0))
+    doc["cate"]["grid"] = {"vary": ["x2"], "fixed": {"x0": 0.25}}
+    grid = cate.query_points(CateSpec.model_validate(doc), build_setup(
+        CateSpec.model_validate(doc), 500), {})
+    assert len(grid) == 101 and np.all(grid["x0"] == 0.25) and np.all(grid["x1"] == 0.5)
