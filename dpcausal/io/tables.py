@@ -110,15 +110,21 @@ def read_table(path: Path | None, columns: list[str], what: str = "data file") -
         raise DataError(f"{info.path}: cannot read the {what}: {exc}") from exc
     if table.num_rows == 0:
         raise DataError(f"{info.path}: the {what} has no rows")
-    return table.to_pandas()
+    return table.to_pandas(split_blocks=True)  # no consolidation copy of the columns
 
 
 def numeric_column(frame: pd.DataFrame, column: str, path: Path | None) -> npt.NDArray[np.float64]:
-    """Return ``column`` as float64, refusing non-numeric, missing and infinite values.
+    """Return ``column`` as a new float64 array, refusing non-numeric, missing and infinite values.
 
     The error names the file, the column and how many rows are bad, and points at the first one.
+    A column that is already a plain NumPy int/uint/float column (what Parquet and typed CSV give)
+    takes a fast path with the same result: only its finiteness needs checking.
     """
     series = frame[column]
+    if isinstance(series.dtype, np.dtype) and series.dtype.kind in "fiu":
+        arr = series.to_numpy(dtype=np.float64, copy=True)
+        _check_finite(arr, column, path)
+        return arr
     if pd.api.types.is_bool_dtype(series):
         series = series.astype("float64")
     values = pd.to_numeric(series, errors="coerce")
@@ -131,6 +137,26 @@ def numeric_column(frame: pd.DataFrame, column: str, path: Path | None) -> npt.N
             f"{path}: column '{column}' has {int(non_numeric.sum())} non-numeric value(s) "
             f"(first at data row {first + 1}: {series.iloc[first]!r}); the column must be numeric"
         )
+    _check_finite(arr, column, path)
+    return arr
+
+
+def numeric_matrix(frame: pd.DataFrame, columns: list[str], path: Path | None
+                   ) -> npt.NDArray[np.float64]:
+    """``np.column_stack([numeric_column(frame, c, path) for c in columns])``, the same values and
+    errors, filled column by column into one (Fortran-ordered) array without the extra copies."""
+    out = np.empty((len(frame), len(columns)), dtype=np.float64, order="F")
+    for j, column in enumerate(columns):
+        series = frame[column]
+        if isinstance(series.dtype, np.dtype) and series.dtype.kind in "fiu":
+            out[:, j] = series.to_numpy()
+            _check_finite(out[:, j], column, path)
+        else:
+            out[:, j] = numeric_column(frame, column, path)
+    return out
+
+
+def _check_finite(arr: npt.NDArray[np.float64], column: str, path: Path | None) -> None:
     bad = ~np.isfinite(arr)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
@@ -139,4 +165,3 @@ def numeric_column(frame: pd.DataFrame, column: str, path: Path | None) -> npt.N
             f"(first at data row {first + 1}); dpcausal never drops rows: fix or remove them "
             "before the run (a rule that depends only on each row itself, applied to every row)"
         )
-    return arr

@@ -18,7 +18,7 @@ import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.errors import DataError, MissingBoundsError, SpecError
-from dpcausal.io.tables import numeric_column
+from dpcausal.io.tables import numeric_column, numeric_matrix
 from dpcausal.mechanisms import L2LaplaceMechanism
 from dpcausal.methods.base import MethodDef, Release, SideInput
 from dpcausal.methods.owl_features import FeatureMap, random_fourier_projection
@@ -157,7 +157,7 @@ def prepare(spec: OwlSpec, setup: OwlSetup, frame: pd.DataFrame, path: Path | No
     """Validate and map one table: rows, ±1 labels, shifted outcomes, received-arm propensities."""
     cols = spec.data.columns
     sec = spec.owl
-    x = np.column_stack([numeric_column(frame, c, path) for c in cols.covariates])
+    x = numeric_matrix(frame, list(cols.covariates), path)
     assert cols.outcome is not None
     assert cols.treatment is not None
     b = numeric_column(frame, cols.outcome, path)
@@ -338,7 +338,7 @@ def apply_rule(doc: dict[str, Any], frame: pd.DataFrame, path: Path | None) -> p
     missing = [c for c in fmap.names if c not in frame.columns]
     if missing:
         raise DataError(f"{path}: covariate column(s) {', '.join(missing)} of the rule not found")
-    x = np.column_stack([numeric_column(frame, c, path) for c in fmap.names])
+    x = numeric_matrix(frame, list(fmap.names), path)
     rec = recommend(fmap, theta, x)
     out = frame.copy()
     labels = np.array([arms["control"], arms["treated"]], dtype=object)

@@ -63,12 +63,36 @@ class FeatureMap:
 
     def transform(self, x: FloatArray) -> FloatArray:
         """Map raw rows to v(x) with ‖v(x)‖₂ ≤ 1."""
-        s = self.scale(np.asarray(x, dtype=np.float64))
-        if self.omega is not None and self.offset is not None:
-            s = np.cos(s @ self.omega + self.offset)
+        x = np.asarray(x, dtype=np.float64)
+        if self.omega is None or self.offset is None:
+            return self._transform_linear(x)
+        s = np.cos(self.scale(x) @ self.omega + self.offset)
         if self.intercept:
             s = np.hstack([np.ones((s.shape[0], 1)), s])
         return s / math.sqrt(s.shape[1])
+
+    def _transform_linear(self, x: FloatArray) -> FloatArray:
+        """The linear map written column by column into one preallocated array: the same
+        arithmetic as ``scale`` → prepend 1 → divide by √d (so the same values), with contiguous
+        per-column work and no full-size temporaries."""
+        d = self.dim
+        root_d = math.sqrt(d)
+        out = np.empty((x.shape[0], d))
+        if self.intercept:
+            out[:, 0] = 1.0 / root_d
+        first = int(self.intercept)
+        buf = np.empty(x.shape[0])
+        for j in range(x.shape[1]):
+            lo, hi = self.lower[j], self.upper[j]
+            np.clip(x[:, j], lo, hi, out=buf)
+            if self.scaling == "minmax":
+                buf -= lo
+                buf /= hi - lo
+            else:
+                buf /= max(abs(lo), abs(hi))
+            buf /= root_d
+            out[:, first + j] = buf
+        return out
 
     def original_units(self, theta: FloatArray) -> dict[str, float] | None:
         """For a linear map: f(x) = c₀ + Σ c_j x_j for x inside the bounds (post-processing)."""
