@@ -170,3 +170,81 @@ def test_universal_methods_below_caps(method: str, kappa_case: bool) -> None:
         x1[j] = np.sign(rng.uniform(-1, 1, size=3))  # corner covariates
         a1[j] = not a1[j]  # arm switch
         _check(w, weights(x1, a1), j, bounds)
+
+
+def _logit_case(n: int, p: int, rng: np.random.Generator, kind: str) -> tuple[np.ndarray, ...]:
+    if kind == "collinear":  # λ_min(Σ̂) = 0: the regime that breaks the paper's (4.12′)
+        s = np.tile(rng.uniform(-1, 1, size=p), (n, 1))
+    elif kind == "corners":
+        s = np.sign(rng.uniform(-1, 1, size=(n, p)))
+    else:
+        s = rng.uniform(-1, 1, size=(n, p))
+    logit = 2.0 * s[:, 0] - 1.5 * s[:, 1 % p]
+    if kind == "one-arm":
+        a = np.ones(n, dtype=bool)
+        a[0] = False
+    else:
+        a = rng.uniform(size=n) < 1 / (1 + np.exp(-logit))
+    return s, a
+
+
+@pytest.mark.parametrize(("radius", "ridge"), [(1.0, 1.0), (0.3, 1.0), (1.0, 10.0), (0.1, 100.0),
+                                               (3.0, 0.1)])
+@pytest.mark.parametrize("n", [20, 300, 3000])
+def test_ipw_logit_proven_bound(n: int, radius: float, ridge: float) -> None:
+    from dpcausal.methods.two_stage_calib import ipw_logit_bounds
+
+    p = 3
+    m_w = math.sqrt(1 + p)
+    bounds = ipw_logit_bounds(n, m_w=m_w, radius=radius, ridge=ridge,
+                              lambda_slack=wts.LOGIT_LAMBDA_SLACK)
+    rng = np.random.default_rng(int(100 * radius + ridge + n))
+
+    def weights(s: np.ndarray, a: np.ndarray) -> np.ndarray:
+        return wts.ipw_logit_weights(a, np.hstack([np.ones((n, 1)), s]), radius=radius,
+                                     ridge=ridge)
+
+    worst = 0.0
+    for kind in ("random", "collinear", "corners", "one-arm"):
+        s, a = _logit_case(n, p, rng, kind)
+        w = weights(s, a)
+        j = int(rng.integers(n))
+        # the replaced record: arm switch, opposite corners, and a small coordinate hill-climb
+        cand = [(np.sign(rng.uniform(-1, 1, size=p)), bool(rng.uniform() < 0.5)) for _ in range(3)]
+        cand += [(-np.sign(s[j] + 1e-12), not a[j]), (s[j], not a[j])]
+        best_row = None
+        for row, arm in cand:
+            s1, a1 = s.copy(), a.copy()
+            s1[j], a1[j] = row, arm
+            r = _check(w, weights(s1, a1), j, bounds)
+            if r[0] > worst:
+                worst, best_row = r[0], (row, arm)
+        if best_row is not None and n <= 300:
+            row, arm = best_row
+            for dim in range(p):
+                for val in (-1.0, 1.0):
+                    trial = row.copy()
+                    trial[dim] = val
+                    s1, a1 = s.copy(), a.copy()
+                    s1[j], a1[j] = trial, arm
+                    worst = max(worst, _check(w, weights(s1, a1), j, bounds)[0])
+    assert worst <= 1.0
+
+
+@pytest.mark.parametrize(("radius", "ridge"), [(1.0, 1.0), (0.1, 100.0)])
+def test_ipw_logit_proven_bound_large_n(radius: float, ridge: float) -> None:
+    from dpcausal.methods.two_stage_calib import ipw_logit_bounds
+
+    n, p = 100_000, 3
+    bounds = ipw_logit_bounds(n, m_w=2.0, radius=radius, ridge=ridge,
+                              lambda_slack=wts.LOGIT_LAMBDA_SLACK)
+    s, a = _logit_case(n, p, np.random.default_rng(5), "random")
+
+    def weights(ss: np.ndarray, aa: np.ndarray) -> np.ndarray:
+        return wts.ipw_logit_weights(aa, np.hstack([np.ones((n, 1)), ss]), radius=radius,
+                                     ridge=ridge)
+
+    w = weights(s, a)
+    s1, a1 = s.copy(), a.copy()
+    s1[7], a1[7] = -np.sign(s[7] + 1e-12), not a[7]
+    _check(w, weights(s1, a1), 7, bounds)

@@ -64,6 +64,9 @@ def test_refusals() -> None:
     with pytest.raises(UncertifiedModeError, match="universal"):
         ts.plan(make_spec(weights="ebw"), 100, {}, rng=rng)
     assert ts.plan(make_spec(weights="ebw", sensitivity="universal"), 100, {}, rng=rng).dp_guarantee
+    logit = ts.plan(make_spec(weights="ipw-logit"), 400, {}, rng=rng)  # proven ratio bound
+    assert logit.dp_guarantee
+    assert logit.details["W1s_bar"] < 0.25 * 2 * 400
     with pytest.raises(MissingBoundsError, match="l1_radius"):
         ts.plan(make_spec(l1_radius=None), 100, {}, rng=rng)
     with pytest.raises(MissingBoundsError, match="ipw_known"):
@@ -98,7 +101,7 @@ def _reference(x: np.ndarray, t: np.ndarray, w: np.ndarray, l1: float) -> np.nda
     return np.asarray(th.value)
 
 
-@pytest.mark.parametrize("weights", ["uniform", "ipw-rct", "ipw-known", "ebw"])
+@pytest.mark.parametrize("weights", ["uniform", "ipw-rct", "ipw-known", "ipw-logit", "ebw"])
 @pytest.mark.parametrize("l1", [1.0, 500.0])
 def test_large_epsilon_equals_nonprivate(weights: str, l1: float) -> None:
     extra: dict[str, Any] = {"weights": weights, "l1_radius": l1, "epsilon": 1e10}

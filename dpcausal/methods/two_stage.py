@@ -33,6 +33,7 @@ from dpcausal.methods.two_stage_calib import (
     StabilityBounds,
     calibrate,
     ipw_known_bounds,
+    ipw_logit_bounds,
     ipw_rct_bounds,
     noise_to_signal,
     uniform_bounds,
@@ -141,14 +142,19 @@ def stability_bounds(spec: TwoStageSpec, setup: TwoStageSetup, n: int) -> Stabil
     if sec.weights not in CERTIFIED_METHODS:
         raise UncertifiedModeError(
             f"two_stage.sensitivity: 'method' has no proven stability bound for weights: "
-            f"{sec.weights} (the paper's (4.12′)/(4.19)/(4.27′) are false); set sensitivity: "
-            "universal, or use a certified method (uniform, ipw-rct, ipw-known)"
+            f"{sec.weights} (the paper's (4.19)/(4.27′) are false); set sensitivity: "
+            "universal, or use a certified method (uniform, ipw-rct, ipw-known, ipw-logit)"
         )
     if sec.weights == "uniform":
         return uniform_bounds(n)
     if sec.weights == "ipw-rct":
         assert sec.ipw_rct is not None
         return ipw_rct_bounds(n, sec.ipw_rct.p_treated)
+    if sec.weights == "ipw-logit":
+        cfg = sec.ipw_logit or IpwLogitSection()
+        m_w = math.sqrt(1.0 + len(setup.fmap.names))  # ‖(1, s)‖ with every |s_j| ≤ 1
+        return ipw_logit_bounds(n, m_w=m_w, radius=cfg.radius, ridge=cfg.ridge,
+                                lambda_slack=wts.LOGIT_LAMBDA_SLACK)
     assert setup.u_range is not None
     return ipw_known_bounds(n, *setup.u_range)
 

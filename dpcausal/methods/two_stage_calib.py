@@ -171,6 +171,32 @@ def ipw_known_bounds(n: int, u_lo: float, u_hi: float) -> StabilityBounds:
                                 attained_w2aug=attained), n)
 
 
+def ipw_logit_bounds(n: int, *, m_w: float, radius: float, ridge: float,
+                     lambda_slack: float) -> StabilityBounds:
+    """Proven sups for IPW from the ridge logistic fit (4.10) in the ℓ₂ ball (docs/proofs §5).
+
+    λ̂ minimises the ρ-strongly convex (ρ = λ_IPW) mean logistic loss over ‖λ‖ ≤ R; one replaced
+    record moves its gradient by ≤ 2M_w/n, so ‖Δλ̂‖ ≤ 2M_w/(nλ_IPW) (+ the solver slack). Each
+    log u_i = log(1 + exp(−ã_i⟨x_i, λ⟩)) is M_w-Lipschitz in λ, so |Δ log u_i| ≤ δ_u := M_w‖Δλ̂‖
+    for i < n, and the normaliser moves by ≤ δ_u + log(1 + (ρ_u − 1)/n), ρ_u = e^{M_w R}. Hence
+    |Δ log w_i| ≤ d := 2δ_u + log1p((ρ_u − 1)/n) for every unchanged record, giving
+    W₁ˢ ≤ n(e^d − 1) + 2b and W₂aug ≤ sqrt((e^d − 1)²·b·n + 2b²)·√(n+1),
+    b = n·u_hi/((n−1)u_lo + u_hi) the largest possible weight. The paper-mode fields carry the
+    same values (the paper's (4.12′) is false and is never used).
+    """
+    if n < 2:
+        raise ValueError("n must be >= 2")
+    u_lo, u_hi = 1.0 + math.exp(-m_w * radius), 1.0 + math.exp(m_w * radius)
+    rho_u = u_hi / u_lo
+    d_lambda = 2.0 * m_w / (n * ridge) + lambda_slack
+    d = 2.0 * m_w * d_lambda + math.log1p((rho_u - 1.0) / n)
+    b = n * u_hi / ((n - 1) * u_lo + u_hi)
+    em = math.expm1(d)
+    w1s = n * em + 2.0 * b
+    w2aug = math.sqrt(em * em * b * n + 2.0 * b * b) * math.sqrt(n + 1.0)
+    return _cap(StabilityBounds(w1s, w2aug, w1s, w2aug, "proven ratio bound (ipw-logit)"), n)
+
+
 def chi_norm_quantile(dim: int, delta: float) -> float:
     """L̃ with P(‖N(0, I_dim)‖ > L̃) ≤ δ (Laurent & Massart 2000, t = ln 1/δ)."""
     t = math.log(1.0 / delta)

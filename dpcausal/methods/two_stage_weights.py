@@ -26,6 +26,9 @@ FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 GRAD_TOL = 1e-10
 """Stationarity tolerance of the smooth stage-1 solves (relative to the problem's scale)."""
+LOGIT_LAMBDA_SLACK = 1e-6
+"""ipw-logit: the certified distance of the computed λ̃ to the exact λ̂ must be ≤ half of this;
+the stability bound adds this slack to ‖λ̂(D) − λ̂(D′)‖ (two_stage_calib.ipw_logit_bounds)."""
 
 
 def normalise(u: FloatArray) -> FloatArray:
@@ -109,11 +112,29 @@ def _ball_newton(fun, x0: FloatArray, radius: float, *, what: str) -> FloatArray
     return solve(hi, x)
 
 
+def certified_distance(grad: FloatArray, x: FloatArray, radius: float, rho: float) -> float:
+    """An upper bound on ‖x − x*‖ for x* = argmin of a ρ-strongly convex f over ‖x‖ ≤ radius.
+
+    ``grad`` = ∇f(x). If ‖x‖ + ‖∇f(x)‖/ρ ≤ radius, the unconstrained minimiser lies in the ball,
+    so x* is it and ‖x − x*‖ ≤ ‖∇f(x)‖/ρ. Otherwise, for feasible x, strong convexity and the
+    optimality of x* give ρ‖x − x*‖² ≤ ⟨∇f(x), x − x*⟩ ≤ ⟨∇f(x), x⟩ + radius·‖∇f(x)‖ (the
+    Frank–Wolfe gap of the ball).
+    """
+    gnorm = float(np.linalg.norm(grad))
+    xnorm = float(np.linalg.norm(x))
+    if xnorm + gnorm / rho <= radius:
+        return gnorm / rho
+    if xnorm > radius * (1 + 1e-12):
+        return math.inf
+    return math.sqrt(max(0.0, float(grad @ x) + radius * gnorm) / rho)
+
+
 def ipw_logit_weights(a: BoolArray, feats: FloatArray, *, radius: float,
                       ridge: float) -> FloatArray:
     """Ridge logistic propensity in the ℓ₂ ball (4.10), then arm-specific IPW.
 
-    ``feats`` are the public-scaled covariates with an intercept column.
+    ``feats`` are the public-scaled covariates with an intercept column. The computed λ̃ is
+    certified to lie within LOGIT_LAMBDA_SLACK/2 of the exact minimiser (else SolverError).
     """
     n, d = feats.shape
     af = a.astype(np.float64)
@@ -127,6 +148,17 @@ def ipw_logit_weights(a: BoolArray, feats: FloatArray, *, radius: float,
         return val, grad, hess
 
     lam = _ball_newton(fun, np.zeros(d), radius, what="ipw-logit")
+    norm = float(np.linalg.norm(lam))
+    candidates = [lam * min(1.0, radius / norm) if norm > 0 else lam]
+    if norm > 0.5 * radius:  # on the sphere the Frank–Wolfe gap is quadratic in the residual
+        candidates.append(lam * (radius / norm))
+    certs = [certified_distance(fun(c, 0.0)[1], c, radius, ridge) for c in candidates]
+    lam = candidates[int(np.argmin(certs))]
+    if min(certs) > 0.5 * LOGIT_LAMBDA_SLACK:
+        raise SolverError(
+            "the stage-1 ipw-logit solve could not certify its accuracy (needed for the stability "
+            "bound); no release was made. Try a larger two_stage.ipw_logit.ridge, or report this"
+        )
     return ipw_from_scores(a, feats @ lam)
 
 

@@ -17,8 +17,9 @@ ArmLabel = bool | int | float | str
 Fraction = Annotated[float, Field(gt=0.0, lt=1.0)]
 
 WeightMethod = Literal["uniform", "ipw-rct", "ipw-known", "ipw-logit", "ebw", "mmd"]
-CERTIFIED_METHODS: tuple[str, ...] = ("uniform", "ipw-rct", "ipw-known")
-"""Methods with a proven method-specific stability bound (exact enumerated sups)."""
+CERTIFIED_METHODS: tuple[str, ...] = ("uniform", "ipw-rct", "ipw-known", "ipw-logit")
+"""Methods with a proven method-specific stability bound (exact enumerated sups for the first three;
+the ratio bound of docs/proofs/two_stage_weights.md §5 for ipw-logit)."""
 
 
 class IpwRctSection(StrictModel):
@@ -39,7 +40,9 @@ class IpwKnownSection(StrictModel):
 
 
 class IpwLogitSection(StrictModel):
-    """IPW from a ridge logistic regression fitted on the data (Eqs. 4.10–4.11): universal only."""
+    """IPW from a ridge logistic regression fitted on the data (Eqs. 4.10–4.11).
+
+    ``sensitivity: method`` uses our proven ratio bound (the paper's (4.12′) is false)."""
 
     radius: PositiveFinite = 1.0
     """R: the coefficient vector is kept in the ℓ₂ ball of radius R."""
