@@ -186,6 +186,11 @@ def bad_cell(path: str, unit: str, year: int, value: Any) -> None:
         (lambda d: d["bounds"].update(outcome=[5, -5]), 2, "lower bound must be < upper bound"),
         (lambda d: d["privacy"].update(delta=1e-6), 2, "privacy.delta"),
         (lambda d: d["privacy"].update(epsilon=-1), 2, "privacy.epsilon"),
+        (lambda d: d["privacy"].update(epsilon="lots"), 2, "privacy.epsilon"),
+        (lambda d: d["synth_control"].update(treatment_time="1989"), 2, "holds numbers"),
+        (lambda d: d["synth_control"].pop("target"), 2, "synth_control.target: required field"),
+        (lambda d: d["data"]["columns"].pop("unit"), 2, "the long layout needs"),
+        (lambda d: d["synth_control"].update(layout="wide"), 2, "the wide layout takes only"),
     ],
 )
 def test_bad_spec_exit_codes(workdir: Path, mutate: Any, code: int, message: str) -> None:
@@ -208,6 +213,14 @@ def test_bad_data_exit_2_names_unit_and_time(workdir: Path, edit: Any, message: 
     assert res.exit_code == 2, res.output
     assert message in res.stderr
     assert not (workdir / "out" / "ledger.jsonl").exists()
+
+
+def test_empty_and_headerless_files_exit_2(workdir: Path) -> None:
+    Path("sample_data/synth_control_panel.csv").write_text("unit,year,sales\n")
+    res = invoke(["synth-control", "--spec", CONFIG])
+    assert res.exit_code == 2 and "no rows" in res.stderr
+    Path("sample_data/synth_control_panel.csv").write_text("")
+    assert invoke(["synth-control", "--spec", CONFIG]).exit_code == 2
 
 
 def test_unwritable_output_exits_5(workdir: Path) -> None:
