@@ -172,3 +172,20 @@ def test_apply_roundtrip_and_schema(workdir: Path) -> None:
     res = invoke(["schema", "two-stage"])
     assert res.exit_code == 0
     assert "two_stage" in json.loads(res.stdout)["properties"]
+
+
+def test_parquet_input_and_weak_delta_warning(workdir: Path) -> None:
+    frame = pd.read_csv(workdir / "sample_data" / "two_stage_obs.csv")
+    frame.to_parquet(workdir / "obs.parquet", index=False)
+
+    def gauss(doc: dict[str, Any]) -> None:
+        doc["privacy"]["delta"] = 1e-3  # ≥ 1/n = 5e-4: weak, warned
+        doc["ledger"]["budget"]["delta"] = 1e-2
+        doc["two_stage"]["noise"] = "gaussian"
+
+    res = invoke(["two-stage", "--spec", write_spec(workdir / "g.yaml", gauss), "--data",
+                  "obs.parquet", "--out", "pq"])
+    assert res.exit_code == 0, res.output
+    assert "weak" in res.output
+    assert (workdir / "pq" / "recommendations.parquet").exists()
+    assert len(read_json(workdir / "pq" / "rule.json")["theta"]) == 11

@@ -240,6 +240,9 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
     if rho > 1.0:
         details["warning"] = (f"noise-to-signal ratio {rho:.3g} > 1: the released rule is likely "
                               "close to random; raise ε or n, or use a more stable weight method")
+    if sec.noise == "gaussian" and delta >= 1.0 / n_rows:
+        details["warning_delta"] = (f"δ = {delta:g} ≥ 1/n = {1.0 / n_rows:.3g} is weak (it allows "
+                                    "releasing a row outright); prefer δ ≪ 1/n")
     if sec.calibration == "paper":
         details["uncertified"] = "calibration: paper leaks (privacy loss up to ≈1.13ε): no DP guarantee"
     return PrivacyPlan(
