@@ -7,7 +7,8 @@ The paper reports figures only (no numbers, no ε grid). We report √PEHE on th
   A. ε sweep (n_total = 3000: 2700 train → |D̃| = |D| = 1350; 300 test queries), Datasets 1 and 2,
      function mode (Thm 3, Alg. 1) and queries mode (Thm 1), R-learner, plus the DR-learner on
      Dataset 1 (function mode) and the non-private learner (same pipeline, ε = 1e20: no noise).
-  B. n sweep at ε = 1 and ε = 5, function mode, R-learner: n_total ∈ {1000, 2000, 4000, 8000}.
+  B. n sweep at ε = 1 and ε = 5, function mode, R-learner: n ∈ {1000, 2000, 4000, 8000} training
+     rows (halves of n/2), on the same 300 separate test queries.
 Settings: δ = 1e-5; dpcausal defaults (h = √(q/2) on [0,1]^q, λ0 = 1/√n, Huber c = Δy/2, κ = 0.05,
 nuisance λ = 0.05, stage-1 budget split 50/50; queries mode: γ by search, 1024 Sobol points, safety
 1.1). The nuisances are DP (ε/2, δ/2 each on D̃); the total is (ε, δ) by parallel composition.
@@ -61,7 +62,7 @@ def main() -> None:
     seeds = range(args.seeds)
     lines: list[str] = []
     t0 = time.time()
-    lines.append(f"### A. √PEHE vs ε (n_total = 3000, |D| = 1350, 300 queries, {args.seeds} seeds)\n")
+    lines.append(f"### A. √PEHE vs ε (3000 rows: 2700 train, |D| = 1350; 300 queries; {args.seeds} seeds)\n")
     configs = [("DS1", 1, {"mode": "function"}, "function, R"),
                ("DS1", 1, {"mode": "queries"}, "queries, R"),
                ("DS1", 1, {"mode": "function", "learner": "dr"}, "function, DR"),
@@ -74,7 +75,7 @@ def main() -> None:
         lines.append(f"| {name} | {label} | " + " | ".join(row) + " |")
         print(lines[-1], f"({time.time() - t0:.0f} s)", flush=True)
     lines.append(f"\n### B. √PEHE vs n (function mode, R-learner, {args.seeds} seeds)\n")
-    lines.append("| data | ε | " + " | ".join(f"n_total = {n}" for n in N_GRID) + " |")
+    lines.append("| data | ε | " + " | ".join(f"n = {n}" for n in N_GRID) + " |")
     lines.append("|---" * (len(N_GRID) + 2) + "|")
     for name, ds in (("DS1", 1), ("DS2", 2)):
         for eps in (1.0, 5.0):

@@ -187,3 +187,16 @@ def test_parquet_input_and_schema(workdir: Path) -> None:
     assert (workdir / "op" / "cate.parquet").exists()
     schema = invoke(["schema", "cate"])
     assert schema.exit_code == 0 and "sensitivity_formula" in schema.stdout
+
+
+def test_random_fourier_feature_variant_releases_the_function(workdir: Path) -> None:
+    def mutate(d: dict[str, Any]) -> None:
+        d["cate"].update(features="rff", rff_dim=64)
+        d.pop("ledger")
+
+    res = invoke(["cate", "--spec", write_spec(workdir / "r.yaml", mutate), "--out", "or"])
+    assert res.exit_code == 0, res.output
+    doc = read_json(workdir / "or" / "cate_function.json")
+    assert doc["m"] == 64 and len(doc["weights"]) == 128
+    receipt = read_json(workdir / "or" / "receipt.json")
+    assert {o["path"] for o in receipt["outputs"]} == {"cate.csv", "cate.png", "cate_function.json"}

@@ -219,10 +219,13 @@ def test_queries_mode_search_release_is_close_at_large_epsilon() -> None:
         (dict(privacy={"delta": 0.0}), SpecError, "privacy.delta"),
         (dict(privacy={"delta": 0.01}), SpecError, "privacy.delta"),
         (dict(mode="queries"), DataError, "needs >= 100 rows"),
+        (dict(privacy={"delta": 1e-9}), DataError, "at most 12000 rows"),
     ],
 )
 def test_guards(over: dict, exc: type, match: str) -> None:
     n = 150 if over.get("mode") == "queries" else 1000
+    if over.get("privacy", {}).get("delta") == 1e-9:
+        n = 30_000
     with pytest.raises(exc, match=match):
         cate.plan(make_spec(**over), n, {}, rng=np.random.default_rng(0))
 

@@ -124,6 +124,19 @@ class GaussianProcessMechanism:
             },
         )
 
+    def release_weights(self, weights: npt.ArrayLike, *, rng: np.random.Generator) -> FloatArray:
+        """Finite feature map variant: return w + σξ, ξ ~ N(0, I).
+
+        For a kernel k(x, x′) = ζ(x)ᵀζ(x′) with ‖ζ(x)‖ ≤ 1 (e.g. normalised random Fourier
+        features from a public seed) a GP path with covariance σ²k is σζ(x)ᵀξ, so the private
+        function x ↦ ζ(x)ᵀ(w + σξ) is this release. It is the Gaussian mechanism on w with ℓ2
+        sensitivity ``rkhs_sensitivity`` (a bound on ‖w_D − w_D′‖₂), hence (ε, δ)-DP at σ.
+        """
+        w = np.asarray(weights, dtype=np.float64)
+        if w.ndim != 1:
+            raise ValueError(f"weights must be 1-d, got shape {w.shape}")
+        return w + self.sigma * rng.standard_normal(w.shape[0])
+
     def noise_cholesky(self, gram: FloatArray) -> FloatArray:
         """Lower Cholesky factor of k0(X, X) + τI with the smallest jitter τ ≥ 1e-10·d that works."""
         g = np.asarray(gram, dtype=np.float64)

@@ -36,6 +36,7 @@ from dpcausal.methods.cate_krr import (
     residual_bound,
 )
 from dpcausal.methods.cate_plot import plot_png
+from dpcausal.methods.cate_rff import FourierFeatures, fit_rff
 from dpcausal.methods.cate_setup import (
     NUISANCE_PART,
     SECOND_PART,
@@ -201,6 +202,11 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
             "formula_factor": noise_factor(spec, setup), "lipschitz_L_w": setup.lipschitz_w,
             "ridge_lambda0": setup.lam0, "n": setup.n,
             "sigma_classic": mech.sigma_classic, "sigma_analytic": mech.sigma_analytic})
+        if sec.features == "rff":
+            ev = dataclasses.replace(ev, params={
+                **ev.params, "kernel": "random Fourier features of the Gaussian kernel",
+                "rff_pairs_m": sec.rff_dim, "rff_seed": sec.rff_seed,
+                "covariance": "sigma^2 * I on the 2m feature weights"})
         events.append(_tag(ev, SECOND_PART))
         details["noise_sd_per_point"] = mech.sigma
         if mech.sigma > setup.delta_y:
@@ -296,6 +302,45 @@ def second_stage(setup: CateSetup, prop: PropensityModel, outm: OutcomeModel, x:
     return fit, rho, phi
 
 
+def rff_features(spec: CateSpec, setup: CateSetup) -> FourierFeatures:
+    """The public random Fourier feature map (drawn from ``cate.rff_seed``, no data)."""
+    return FourierFeatures.draw(setup.q, spec.cate.rff_dim, setup.bandwidth, spec.cate.rff_seed)
+
+
+def second_stage_rff(setup: CateSetup, feats: FourierFeatures, prop: PropensityModel,
+                     outm: OutcomeModel, x: FloatArray, a: FloatArray, y: FloatArray) -> FloatArray:
+    """Weights ŵ of the random-feature second stage (not a release).
+
+    Notes
+    -----
+    Sensitivity: J(w) = (1/n)Σ ρ_i ℓ_c(wᵀζ_i − φ_i) + λ0‖w‖² is 2λ0-strongly convex in w and each
+    record's gradient ρℓ′ζ has norm ≤ L_w (‖ζ‖ = 1), so ‖ŵ_D − ŵ_D′‖₂ ≤ L_w/(λ0 n) — the same Δ as
+    the exact kernel (plus tol/λ0 for the solver). The release is
+    :meth:`GaussianProcessMechanism.release_weights` with that Δ.
+    """
+    pi = prop.predict(x)
+    rho, phi = pseudo_outcomes(setup.learner, a, y, pi, outm.predict(x, 0), outm.predict(x, 1))
+    z = feats.transform(setup.box.unit(x))
+    return fit_rff(z, rho, phi, lam0=setup.lam0, huber_c=setup.huber_c,
+                   grad_tol=setup.grad_tol).w
+
+
+def function_document(spec: CateSpec, setup: CateSetup, weights: FloatArray) -> dict[str, Any]:
+    """The released CATE function of the RFF variant: public feature map + private weights."""
+    return {
+        "format_version": 1, "command": "cate", "kind": "random-fourier-feature CATE function",
+        "evaluate": "tau(x) = zeta(s(x)) . weights, s(x) = (clip(x, lo, hi) - lo)/(hi - lo), "
+                    "zeta(s) = [cos(s @ omega), sin(s @ omega)] / sqrt(m)",
+        "covariates": list(setup.covariates),
+        "bounds": {c: list(setup.box_bounds(c)) for c in setup.covariates},
+        "bandwidth": setup.bandwidth, "rff_seed": spec.cate.rff_seed, "m": spec.cate.rff_dim,
+        "omega": rff_features(spec, setup).omega.tolist(),
+        "weights": [float(v) for v in weights],
+        "privacy": {"epsilon": spec.privacy.epsilon, "delta": spec.privacy.delta,
+                    "guarantee": "approximate", "learner": setup.learner},
+    }
+
+
 def search_gamma(spec: CateSpec, setup: CateSetup, fit: KrrFit, rho: FloatArray,
                  prop: PropensityModel, outm: OutcomeModel, sq: FloatArray) -> float:
     """γ(T, D) by search over candidates in the box (a lower bound of the sup; times safety)."""
@@ -323,21 +368,31 @@ def run(spec: CateSpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, 
     prop_l, out_l = nuisance_learners(spec, setup)
     prop = prop_l.fit(data.x1, data.a1, clip=setup.kappa, noise_rng=noise_rng)
     outm = out_l.fit(data.x1, data.a1, data.y1, noise_rng=noise_rng)
-    fit, rho, _ = second_stage(setup, prop, outm, data.x2, data.a2, data.y2)
     sq = setup.box.unit(queries[list(setup.covariates)].to_numpy(dtype=np.float64))
-    g_q = fit.predict(sq)
-    if spec.cate.mode == "function":
-        tau = function_mechanism(spec, setup).release(g_q, rng=noise_rng, points=sq)
+    weights = None
+    if spec.cate.features == "rff":
+        feats = rff_features(spec, setup)
+        w_hat = second_stage_rff(setup, feats, prop, outm, data.x2, data.a2, data.y2)
+        weights = function_mechanism(spec, setup).release_weights(w_hat, rng=noise_rng)
+        del w_hat
+        tau = feats.transform(sq) @ weights
     else:
-        if spec.cate.gamma_method == "certified":
-            gamma = certified_gamma(setup, len(queries))
+        fit, rho, _ = second_stage(setup, prop, outm, data.x2, data.a2, data.y2)
+        g_q = fit.predict(sq)
+        if spec.cate.mode == "function":
+            tau = function_mechanism(spec, setup).release(g_q, rng=noise_rng, points=sq)
         else:
-            gamma = search_gamma(spec, setup, fit, rho, prop, outm, sq)
-        tau = queries_mechanism(spec, setup, len(queries), gamma).release(g_q, rng=noise_rng)
-    del g_q, fit, rho
+            if spec.cate.gamma_method == "certified":
+                gamma = certified_gamma(setup, len(queries))
+            else:
+                gamma = search_gamma(spec, setup, fit, rho, prop, outm, sq)
+            tau = queries_mechanism(spec, setup, len(queries), gamma).release(g_q, rng=noise_rng)
+        del g_q, fit, rho
     table = queries.copy()
     table["cate"] = tau
     release = Release(tables={"cate": table})
+    if weights is not None:
+        release.documents["cate_function.json"] = function_document(spec, setup, weights)
     axes = grid_axes(spec, setup)
     if spec.cate.plot and axes:
         release.figures["cate.png"] = plot_png(table, axes, spec)

@@ -19,6 +19,8 @@ FloatArray = npt.NDArray[np.float64]
 MIN_N_FUNCTION = 20
 MIN_N_QUERIES = 100
 MAX_QUERIES = 10_000
+MAX_SECOND_STAGE = 12_000
+"""The exact kernel ridge holds n × n matrices (≈ 3 GB at n = 12,000): larger second halves are refused."""
 SOLVER_REL_TOL = 1e-6
 """The second-stage solve stops at ‖∇J‖_ℋ ≤ 1e-6·L_w/n; Δ then carries the slack tol/λ0."""
 SPLIT = "cate.halves"
@@ -145,6 +147,12 @@ def build_setup(spec: CateSpec, n_rows: int) -> CateSetup:
             f"{spec.data.path}: {n_rows} rows give halves of {n_nuis} (nuisances) and {n} (second "
             f"stage); cate {sec.mode} mode needs >= {floor} rows in the second half and >= "
             f"{MIN_N_FUNCTION} in the first")
+    if n > MAX_SECOND_STAGE and sec.features == "exact":
+        raise DataError(
+            f"{spec.data.path}: {n_rows} rows put {n} rows in the second half; the exact kernel ridge "
+            f"second stage needs n × n memory and supports at most {MAX_SECOND_STAGE} rows there. "
+            "Run on a public random subsample of the rows (decided before looking at the data), or "
+            "use cate.features: rff (random Fourier features, any n)")
     bnds = np.array([spec.bounds.covariate(c) for c in cols.covariates], dtype=np.float64)
     q = len(cols.covariates)
     h = sec.bandwidth if sec.bandwidth is not None else math.sqrt(q / 2.0)

@@ -81,6 +81,13 @@ class CateSection(StrictModel):
     """Queries mode, search: the searched sup is multiplied by this (it is a lower bound)."""
     search_points: Annotated[int, Field(ge=64, le=65536)] = 4096
     """Queries mode, search: Sobol points of the box besides the data rows and the queries."""
+    features: Literal["exact", "rff"] = "exact"
+    """Function mode: exact Gaussian-kernel ridge (n × n; n ≤ 12,000 second-half rows) or random
+    Fourier features from a public seed (any n; also releases the private weight vector)."""
+    rff_dim: Annotated[int, Field(ge=8, le=10_000)] = 500
+    """m: frequency pairs of the random Fourier features (feature dimension 2m)."""
+    rff_seed: int = 0
+    """Public seed of the random Fourier frequencies (recorded in the receipt and the output)."""
     nuisance: NuisanceSpec = Field(default_factory=NuisanceSpec)
     plot: bool = True
     """Write cate.png for a grid varying 1 or 2 covariates (drawn from released values only)."""
@@ -92,6 +99,8 @@ class CateSection(StrictModel):
         if self.mode == "queries" and self.loss == "huber":
             raise ValueError("cate.loss: queries mode (Thm 1) uses the squared loss; remove loss "
                              "or set it to squared")
+        if self.features == "rff" and self.mode != "function":
+            raise ValueError("cate.features: rff is a function-mode variant; use mode: function")
         if self.learner == "dr" and self.propensity_clip < 0.05:
             raise ValueError("cate.propensity_clip: the DR-learner needs κ >= 0.05 (its weights "
                              "grow like 1/κ)")

@@ -1,0 +1,92 @@
+"""Random-Fourier-feature variant of the function release: features, exact solve, sensitivity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import optimize, stats
+from sklearn.linear_model import Ridge
+
+from cli_tests.helpers import assert_three_arm, ks_three_arm
+from cli_tests.unit.test_cate_method import dataset1, make_spec
+from dpcausal.learners.dp_logistic import PropensityModel
+from dpcausal.learners.dp_ridge import OutcomeModel
+from dpcausal.mechanisms import GaussianProcessMechanism
+from dpcausal.mechanisms.gaussian_process import gaussian_kernel
+from dpcausal.methods import cate
+from dpcausal.methods.cate_krr import huber_value
+from dpcausal.methods.cate_rff import FourierFeatures, fit_rff
+from dpcausal.methods.cate_setup import build_setup
+
+
+def test_features_have_unit_norm_and_approximate_the_gaussian_kernel() -> None:
+    feats = FourierFeatures.draw(3, 4000, 0.5, seed=1)
+    s = np.random.default_rng(2).uniform(size=(20, 3))
+    z = feats.transform(s)
+    assert z.shape == (20, 8000) and np.allclose(np.linalg.norm(z, axis=1), 1.0)
+    assert np.max(np.abs(z @ z.T - gaussian_kernel(s, s, 0.5))) < 0.05
+
+
+def test_fit_is_exact_for_squared_and_huber_losses() -> None:
+    rng = np.random.default_rng(3)
+    n = 400
+    z = FourierFeatures.draw(2, 30, 0.4, seed=4).transform(rng.uniform(size=(n, 2)))
+    rho, phi = rng.uniform(0.05, 0.9, n), rng.standard_cauchy(n)
+    sq = fit_rff(z, rho, phi, lam0=0.01, huber_c=None, grad_tol=1e-12)
+    ref = Ridge(alpha=n * 0.01, fit_intercept=False, solver="cholesky").fit(z, phi, sample_weight=rho)
+    assert np.allclose(sq.w, ref.coef_, atol=1e-8)
+    hub = fit_rff(z, rho, phi, lam0=0.01, huber_c=0.7, grad_tol=1e-12)
+
+    def obj(w: np.ndarray) -> float:
+        return float(rho @ huber_value(z @ w - phi, 0.7)) / n + 0.01 * float(w @ w)
+
+    best = optimize.minimize(obj, np.zeros(z.shape[1]), method="BFGS", options={"gtol": 1e-12})
+    assert obj(hub.w) <= best.fun + 1e-12
+    assert np.allclose(hub.w, best.x, atol=1e-4)
+
+
+def test_weight_sensitivity_holds_over_adversarial_neighbours() -> None:
+    spec = make_spec(features="rff", rff_dim=40, bandwidth=0.3, ridge=0.02)
+    n = 150
+    setup = build_setup(spec, 2 * n)
+    rng = np.random.default_rng(5)
+    prop = PropensityModel(setup.box, rng.normal(0, 2, 3), setup.kappa)
+    outm = OutcomeModel(setup.box, rng.normal(0, 3, (2, 3)), 4.0, setup.y_bounds)
+    frame = dataset1(n, 6)
+    x, a, y = frame[["x0", "x1"]].to_numpy(), frame["A"].to_numpy(), frame["Y"].to_numpy()
+    feats = cate.rff_features(spec, setup)
+    base = cate.second_stage_rff(setup, feats, prop, outm, x, a, y)
+    worst = 0.0
+    for t in range(120):
+        j = int(rng.integers(n))
+        x2, a2, y2 = x.copy(), a.copy(), y.copy()
+        x2[j] = (rng.uniform(size=2) < 0.5).astype(float)
+        a2[j], y2[j] = float(t % 2), [-1.0, 9.0][(t // 2) % 2]
+        other = cate.second_stage_rff(setup, feats, prop, outm, x2, a2, y2)
+        worst = max(worst, float(np.linalg.norm(other - base)))
+    assert 0.1 * setup.rkhs_sensitivity < worst <= setup.rkhs_sensitivity
+
+
+def test_release_weights_noise_law() -> None:
+    mech = GaussianProcessMechanism(1.0, 1e-5, 0.05, bandwidth=1.0)
+    w = np.linspace(-1, 1, 50)
+    rng = np.random.default_rng(7)
+    noise = np.concatenate([mech.release_weights(w, rng=rng) - w for _ in range(200)])
+    assert_three_arm(ks_three_arm(noise, lambda v, s: stats.norm.cdf(v / s), mech.sigma))
+
+
+def test_rff_release_document_reproduces_the_table() -> None:
+    frame = dataset1(500, 8)
+    spec = make_spec(features="rff", rff_dim=50, privacy={"epsilon": 3.0})
+    pl = cate.plan(spec, len(frame), {}, rng=np.random.default_rng(0))
+    assert "random Fourier" in pl.events[2].params["kernel"]
+    rel = cate.run(spec, frame, pl, {}, rng=np.random.default_rng(0),
+                   noise_rng=np.random.default_rng(9))
+    doc = rel.documents["cate_function.json"]
+    table = rel.tables["cate"]
+    s = table[["x0", "x1"]].to_numpy()  # box [0, 1]: s(x) = x
+    proj = s @ np.array(doc["omega"])
+    zeta = np.hstack([np.cos(proj), np.sin(proj)]) / np.sqrt(doc["m"])
+    assert np.allclose(zeta @ np.array(doc["weights"]), table["cate"])
+    with pytest.raises(ValueError, match="function-mode"):
+        make_spec(features="rff", mode="queries")
