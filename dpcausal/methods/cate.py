@@ -11,6 +11,7 @@ asymptotic guarantee). Spec: ``specs/cate.md`` with errata E1, E3, E4 and its am
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from typing import Any
 
@@ -190,6 +191,11 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
     prop, out = nuisance_learners(spec, setup)
     events = [_tag(prop.mechanism().event(), NUISANCE_PART),
               _tag(out.mechanism().event(), NUISANCE_PART)]
+    query_source: dict[str, Any] = (
+        {"file": str(sec.queries), "rows": d, "sha256_of_covariates_csv": hashlib.sha256(
+            queries[list(setup.covariates)].to_csv(index=False).encode()).hexdigest()}
+        if sec.queries is not None else {"grid": sec.grid.model_dump() if sec.grid else None,
+                                         "rows": d})
     details: dict[str, Any] = {"mode": sec.mode, "learner": sec.learner, "queries": d,
                                "n_nuisance_half": setup.n_nuisance, "n_second_half": setup.n}
     warnings: list[str] = []
@@ -241,6 +247,8 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
             "outcome_bounds": list(setup.y_bounds),
             "covariate_bounds": {c: list(setup.box_bounds(c)) for c in setup.covariates},
             "treatment_values": [0, 1],
+            "queries": query_source,
+            "features": sec.features,
             "split": {"seed": sec.split_seed, "first_half_fraction": sec.first_half_fraction,
                       "method": "public random permutation of row indices"},
             "nuisance": {"propensity": "DP l2-logistic, Gaussian output perturbation",
