@@ -197,7 +197,10 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
         if sec.queries is not None else {"grid": sec.grid.model_dump() if sec.grid else None,
                                          "rows": d})
     details: dict[str, Any] = {"mode": sec.mode, "learner": sec.learner, "queries": d,
-                               "n_nuisance_half": setup.n_nuisance, "n_second_half": setup.n}
+                               "n_nuisance_half": setup.n_nuisance, "n_second_half": setup.n,
+                               "composition": "the two nuisance mechanisms (first half) and the "
+                                              "second stage (second half) read disjoint rows of a "
+                                              "public split: total = max, not sum"}
     warnings: list[str] = []
     if sec.mode == "function":
         mech = function_mechanism(spec, setup)
