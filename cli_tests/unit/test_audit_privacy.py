@@ -125,3 +125,14 @@ def test_audit_fails_owl_with_broken_sampler(small_owl_spec: Path,
                   "--trials", "3000", "--json"])
     assert res.exit_code == 4, res.output
     assert json.loads(res.stdout)["black_box"]["epsilon_lower_bound"] > 0.5
+
+
+def test_audit_passes_shipped_synth_control(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shutil.copytree(REPO / "sample_data", tmp_path / "sample_data")
+    monkeypatch.chdir(tmp_path)
+    res = invoke(["audit", "privacy", "--spec", REPO / "configs" / "synth_control.yaml",
+                  "--pairs", "6", "--trials", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert report["command"] == "synth-control" and report["verdict"] == "pass"
+    assert report["gray_box"]["max_sensitivity_ratio"] <= 1.0

@@ -12,7 +12,7 @@ import pandas as pd
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.audit.neighbours import Pair, RowDomain, row_neighbours
 from dpcausal.audit.privacy import AuditAdapter
-from dpcausal.methods import owl
+from dpcausal.methods import owl, synth_control, synth_control_audit
 from dpcausal.methods.base import Release
 from dpcausal.spec.owl import OwlSpec, PropensityColumn
 
@@ -58,5 +58,7 @@ def _owl_output(release: Release) -> FloatArray:
 ADAPTERS: dict[str, AuditAdapter] = {
     "owl": AuditAdapter(owl.METHOD, "owl", _owl_synthesize, _owl_neighbours, _owl_pre_noise,
                         _owl_output),
+    "synth_control": AuditAdapter(synth_control.METHOD, "synth_control",
+                                  *synth_control_audit.FUNCTIONS),
 }
 """Spec section name → adapter. A command is auditable once it has an adapter here."""
