@@ -64,6 +64,14 @@ def test_refusals() -> None:
     with pytest.raises(UncertifiedModeError, match="universal"):
         ts.plan(make_spec(weights="ebw"), 100, {}, rng=rng)
     assert ts.plan(make_spec(weights="ebw", sensitivity="universal"), 100, {}, rng=rng).dp_guarantee
+    with pytest.raises(UncertifiedModeError, match="arm_totals"):
+        ts.plan(make_spec(weights="ebw"), 100, {}, rng=rng)
+    ebw = ts.plan(make_spec(weights="ebw", ebw={"arm_totals": "sample", "radius": 0.5,
+                                                "ridge": 10.0}), 2000, {}, rng=rng)
+    assert ebw.dp_guarantee
+    assert ebw.details["W1s_bar"] < 0.05 * 2 * 2000
+    with pytest.raises(UncertifiedModeError, match="universal"):
+        ts.plan(make_spec(weights="mmd", mmd={"bandwidth": 1.0}), 100, {}, rng=rng)
     logit = ts.plan(make_spec(weights="ipw-logit"), 400, {}, rng=rng)  # proven ratio bound
     assert logit.dp_guarantee
     assert logit.details["W1s_bar"] < 0.25 * 2 * 400

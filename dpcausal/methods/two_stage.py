@@ -32,6 +32,7 @@ from dpcausal.methods.two_stage_calib import (
     Calibrated,
     StabilityBounds,
     calibrate,
+    ebw_bounds,
     ipw_known_bounds,
     ipw_logit_bounds,
     ipw_rct_bounds,
@@ -139,11 +140,22 @@ def stability_bounds(spec: TwoStageSpec, setup: TwoStageSetup, n: int) -> Stabil
     sec = spec.two_stage
     if sec.sensitivity == "universal":
         return universal_bounds(n)
+    if sec.weights == "ebw":
+        ebw = sec.ebw or EbwSection()
+        if ebw.arm_totals != "sample":
+            raise UncertifiedModeError(
+                "two_stage.sensitivity: 'method' for ebw is proven only with ebw.arm_totals: "
+                "sample (the equal-totals rescaling n/(2n_a) has no bound for tiny arms); set "
+                "two_stage.ebw.arm_totals: sample, or sensitivity: universal"
+            )
+        m_g = math.sqrt(1.0 + ebw.moments * len(setup.fmap.names))  # ‖g‖ with every |s_j| ≤ 1
+        return ebw_bounds(n, m_g=m_g, kappa=ebw.min_arm_fraction, radius=ebw.radius,
+                          ridge=ebw.ridge, lambda_slack=wts.LOGIT_LAMBDA_SLACK)
     if sec.weights not in CERTIFIED_METHODS:
         raise UncertifiedModeError(
             f"two_stage.sensitivity: 'method' has no proven stability bound for weights: "
-            f"{sec.weights} (the paper's (4.19)/(4.27′) are false); set sensitivity: "
-            "universal, or use a certified method (uniform, ipw-rct, ipw-known, ipw-logit)"
+            f"{sec.weights} (the paper's (4.19) is false); set sensitivity: universal, or use a "
+            "certified method (uniform, ipw-rct, ipw-known, ipw-logit, ebw with sample totals)"
         )
     if sec.weights == "uniform":
         return uniform_bounds(n)

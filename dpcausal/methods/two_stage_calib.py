@@ -197,6 +197,34 @@ def ipw_logit_bounds(n: int, *, m_w: float, radius: float, ridge: float,
     return _cap(StabilityBounds(w1s, w2aug, w1s, w2aug, "proven ratio bound (ipw-logit)"), n)
 
 
+def ebw_bounds(n: int, *, m_g: float, kappa: float, radius: float, ridge: float,
+               lambda_slack: float) -> StabilityBounds:
+    """Proven sups for entropy balancing with sample arm totals (docs/proofs §5c).
+
+    Rows b_i = clip₁((n/n_a)·(κ/M_g)·g(x_i)) move by ≤ β_b = M_g/(κn) when an arm count changes
+    (the unit-norm clip makes this hold for every n_a); the target (sḡ, sḡ) by ≤ 2√2κ/n; the
+    softmax means by ≤ β_b + 4e^{2R}/n + (e^{2Rβ_b} − 1). The dual is λ_EBW-strongly convex on the
+    ball, so ‖Δλ̂‖ ≤ G/λ_EBW (+ slack), every logit of an unchanged record moves by
+    δ_z ≤ ‖Δλ̂‖ + Rβ_b, and log w_i by ≤ d = 2δ_z + log1p((e^{2R} − 1)/n). Then as for ipw-logit:
+    W₁ˢ ≤ n(e^d − 1) + 2b, W₂aug ≤ sqrt((e^d − 1)²·b·n + 2b²)·√(n+1), b = n e^{2R}/(n − 1 + e^{2R}).
+    """
+    if n < 2:
+        raise ValueError("n must be >= 2")
+    beta_b = m_g / (kappa * n)
+    rho = math.exp(2.0 * radius)
+    grad_shift = (beta_b + 4.0 * rho / n + math.expm1(2.0 * radius * beta_b)
+                  + 2.0 * math.sqrt(2.0) * kappa / n)
+    d_lambda = grad_shift / ridge + lambda_slack
+    delta_z = d_lambda + radius * beta_b
+    d = 2.0 * delta_z + math.log1p((rho - 1.0) / n)
+    b = n * rho / (n - 1 + rho)
+    em = math.expm1(d)
+    w1s = n * em + 2.0 * b
+    w2aug = math.sqrt(em * em * b * n + 2.0 * b * b) * math.sqrt(n + 1.0)
+    return _cap(StabilityBounds(w1s, w2aug, w1s, w2aug, "proven ratio bound (ebw, sample totals)"),
+                n)
+
+
 def chi_norm_quantile(dim: int, delta: float) -> float:
     """L̃ with P(‖N(0, I_dim)‖ > L̃) ≤ δ (Laurent & Massart 2000, t = ln 1/δ)."""
     t = math.log(1.0 / delta)

@@ -27,8 +27,8 @@ BoolArray = npt.NDArray[np.bool_]
 GRAD_TOL = 1e-10
 """Stationarity tolerance of the smooth stage-1 solves (relative to the problem's scale)."""
 LOGIT_LAMBDA_SLACK = 1e-6
-"""ipw-logit: the certified distance of the computed λ̃ to the exact λ̂ must be ≤ half of this;
-the stability bound adds this slack to ‖λ̂(D) − λ̂(D′)‖ (two_stage_calib.ipw_logit_bounds)."""
+"""ipw-logit and ebw: the certified distance of the computed dual/coefficient vector λ̃ to the exact
+λ̂ must be ≤ half of this; the stability bounds add it to ‖λ̂(D) − λ̂(D′)‖ (two_stage_calib)."""
 
 
 def normalise(u: FloatArray) -> FloatArray:
@@ -147,19 +147,24 @@ def ipw_logit_weights(a: BoolArray, feats: FloatArray, *, radius: float,
         hess = (feats.T * (p * (1 - p))) @ feats / n + (ridge + mu) * np.eye(d)
         return val, grad, hess
 
-    lam = _ball_newton(fun, np.zeros(d), radius, what="ipw-logit")
+    lam = _certified(fun, _ball_newton(fun, np.zeros(d), radius, what="ipw-logit"), radius,
+                     ridge, what="ipw-logit")
+    return ipw_from_scores(a, feats @ lam)
+
+
+def _certified(fun, lam: FloatArray, radius: float, rho: float, *, what: str) -> FloatArray:
+    """A feasible point certified within LOGIT_LAMBDA_SLACK/2 of the exact ball minimiser."""
     norm = float(np.linalg.norm(lam))
     candidates = [lam * min(1.0, radius / norm) if norm > 0 else lam]
     if norm > 0.5 * radius:  # on the sphere the Frank–Wolfe gap is quadratic in the residual
         candidates.append(lam * (radius / norm))
-    certs = [certified_distance(fun(c, 0.0)[1], c, radius, ridge) for c in candidates]
-    lam = candidates[int(np.argmin(certs))]
+    certs = [certified_distance(fun(c, 0.0)[1], c, radius, rho) for c in candidates]
     if min(certs) > 0.5 * LOGIT_LAMBDA_SLACK:
         raise SolverError(
-            "the stage-1 ipw-logit solve could not certify its accuracy (needed for the stability "
-            "bound); no release was made. Try a larger two_stage.ipw_logit.ridge, or report this"
+            f"the stage-1 {what} solve could not certify its accuracy (needed for the stability "
+            "bound); no release was made. Try a larger ridge, or report this as a bug"
         )
-    return ipw_from_scores(a, feats @ lam)
+    return candidates[int(np.argmin(certs))]
 
 
 def ebw_rows(a: BoolArray, moments: FloatArray, kappa: float, m_g: float) -> FloatArray:
@@ -204,7 +209,8 @@ def ebw_weights(a: BoolArray, moments: FloatArray, *, kappa: float, m_g: float, 
         hess = cov + (ridge + mu) * np.eye(d)
         return val, grad, hess
 
-    lam = _ball_newton(fun, np.zeros(d), radius, what="ebw")
+    lam = _certified(fun, _ball_newton(fun, np.zeros(d), radius, what="ebw"), radius, ridge,
+                     what="ebw")
     z = rows @ lam
     w = n * np.exp(z - special.logsumexp(z))
     if arm_totals == "equal":

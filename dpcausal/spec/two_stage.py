@@ -51,7 +51,10 @@ class IpwLogitSection(StrictModel):
 
 
 class EbwSection(StrictModel):
-    """Entropy-balancing weights (§4.2.3, corrected convex dual, ℓ₂ ball): universal only."""
+    """Entropy-balancing weights (§4.2.3, corrected convex dual, ℓ₂ ball).
+
+    ``sensitivity: method`` uses our proven ratio bound and needs ``arm_totals: sample``; the
+    paper's (4.27′) is false and is never used."""
 
     radius: PositiveFinite = 1.0
     """R: the dual vector is kept in the ℓ₂ ball of radius R."""
@@ -62,11 +65,12 @@ class EbwSection(StrictModel):
     min_arm_fraction: Annotated[float, Field(gt=0.0, le=0.5)] = 0.1
     """κ: public scale of the moment rows (rows of a smaller arm are clipped to unit norm)."""
     arm_totals: Literal["equal", "sample"] = "equal"
-    """``equal`` rescales each arm to n/2 (unbiased ITR contrast); ``sample`` keeps n_a (paper)."""
+    """``equal`` rescales each arm to n/2 (unbiased ITR contrast; universal bound only);
+    ``sample`` keeps n_a (the paper's EBW; biased contrast when n₀ ≠ n₁; proven bound)."""
 
 
 class MmdSection(StrictModel):
-    """Three-way MMD weights (Eq. 4.15, RBF kernel, box 0 ≤ w ≤ R): universal only."""
+    """Three-way MMD weights (Eq. 4.15, RBF kernel, box 0 ≤ w ≤ R): ``sensitivity: universal`` only."""
 
     bandwidth: PositiveFinite
     """h of k(x, x′) = exp(−‖s − s′‖²/(2h²)) on the scaled covariates; public (no median heuristic)."""
