@@ -119,12 +119,14 @@ def compute_weights(spec: TwoStageSpec, setup: TwoStageSetup, data: Prepared) ->
     elif sec.weights == "ipw-logit":
         cfg = sec.ipw_logit or IpwLogitSection()
         feats = np.hstack([np.ones((n, 1)), data.scaled])
-        w = wts.ipw_logit_weights(data.a, feats, radius=cfg.radius, ridge=cfg.ridge)
+        w = wts.ipw_logit_weights(data.a, feats, radius=cfg.radius, ridge=cfg.ridge,
+                                  certify=sec.sensitivity == "method")
     elif sec.weights == "ebw":
         ebw = sec.ebw or EbwSection()
         g, m_g = _moments(data.scaled, ebw.moments)
         w = wts.ebw_weights(data.a, g, kappa=ebw.min_arm_fraction, m_g=m_g, radius=ebw.radius,
-                            ridge=ebw.ridge, arm_totals=ebw.arm_totals)
+                            ridge=ebw.ridge, arm_totals=ebw.arm_totals,
+                            certify=sec.sensitivity == "method")
     else:
         assert sec.mmd is not None
         w = wts.mmd_weights(data.a, data.scaled, bandwidth=sec.mmd.bandwidth, alpha=sec.mmd.alpha,
