@@ -9,7 +9,6 @@ touches sensitive data or draws noise: it evaluates formulas on adversarially ch
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,8 +116,6 @@ def calibrated_uniform(n: int, epsilon: float, mode: str, *, l1_radius: float = 
                     eps_split=0.5, noise="gamma", bounds=uniform_bounds(n), mode=mode)  # type: ignore[arg-type]
     return 1.0 / cal.scale, cal.gamma_required
 
-
-LossFn = Callable[[Dataset, Dataset, FloatArray], float]
 
 
 def structured_witness(n: int, a: float, *, m_y: float = 1.0,
