@@ -12,7 +12,13 @@ import pandas as pd
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.audit.neighbours import Pair, RowDomain, row_neighbours
 from dpcausal.audit.privacy import AuditAdapter
-from dpcausal.methods import owl, synth_control, synth_control_audit
+from dpcausal.methods import (
+    owl,
+    select_policy,
+    select_policy_audit,
+    synth_control,
+    synth_control_audit,
+)
 from dpcausal.methods.base import Release
 from dpcausal.spec.owl import OwlSpec, PropensityColumn
 
@@ -60,5 +66,6 @@ ADAPTERS: dict[str, AuditAdapter] = {
                         _owl_output),
     "synth_control": AuditAdapter(synth_control.METHOD, "synth_control",
                                   *synth_control_audit.FUNCTIONS),
+    "select_policy": AuditAdapter(select_policy.METHOD, "select_policy", *select_policy_audit.FUNCTIONS),
 }
 """Spec section name → adapter. A command is auditable once it has an adapter here."""

@@ -46,9 +46,19 @@ def event_loss(event: PrivacyEvent, a: FloatArray, b: FloatArray) -> EventLoss:
     ℓ2-Laplace: sup_o log-ratio = ‖a − b‖₂/scale (attained along the line through a and b).
     Laplace: ‖a − b‖₁/b. Exponential (a, b are utility vectors): max_k |log p_k − log p′_k| of the
     exact selection probabilities. Gaussian: the pair's privacy profile δ(ε).
+
+    Two-dimensional ``a``, ``b`` (one row per value of an earlier released output the mechanism's
+    input depends on, e.g. the value of the policy an exponential mechanism chose): the loss is the
+    worst row's, as the mechanism runs on exactly one row given what was released before it.
     """
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
+    if a.ndim == 2:
+        if a.shape != b.shape or a.shape[0] == 0:
+            raise ValueError("conditional inputs must have the same non-empty shape on D and D′")
+        rows = [event_loss(event, a[i], b[i]) for i in range(a.shape[0])]
+        return EventLoss(event.stage, event.kind, max(x.shift for x in rows), event.sensitivity,
+                         max(x.epsilon_loss for x in rows), max(x.delta_at_claim for x in rows))
     if event.kind == "l2_laplace":
         shift = float(np.linalg.norm(a - b))
         return EventLoss(event.stage, event.kind, shift, event.sensitivity, shift / event.noise_scale,

@@ -1,0 +1,169 @@
+"""audit privacy on the shipped commands beyond owl/synth-control: each example config passes in
+its certified configuration, and the known-broken variants (test fixtures only, never shipped)
+fail with exit 4."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import yaml
+from sklearn.tree import DecisionTreeRegressor
+
+from cli_tests.helpers import invoke, write_yaml
+from dpcausal.accounting.events import PrivacyEvent
+from dpcausal.audit.estimators import event_loss
+from dpcausal.learners import CertifiedLogistic, CertifiedRidge, UnitBoxFeatures
+from dpcausal.methods import select_policy as sp
+from dpcausal.methods import select_policy_audit as spa
+from dpcausal.spec.select_policy import SelectPolicySpec
+
+REPO = Path(__file__).resolve().parents[2]
+FloatArray = npt.NDArray[np.float64]
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the configs and sample data, in a temporary current directory."""
+    shutil.copytree(REPO / "sample_data", tmp_path / "sample_data")
+    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def audit(spec: Path | str, *args: str) -> tuple[int, dict[str, Any], str]:
+    res = invoke(["audit", "privacy", "--spec", str(spec), "--json", *args])
+    report = json.loads(res.stdout) if res.stdout.strip().startswith("{") else {}
+    return res.exit_code, report, res.stderr
+
+
+# ------------------------------------------------------------------ estimator extension
+def test_conditional_inputs_take_the_worst_row() -> None:
+    """2-D inputs: one candidate input per earlier released value; the loss is the worst row's."""
+    ev = PrivacyEvent("laplace", "v", 1.0, 0.0, 2.0, "l1", 2.0)
+    a = np.array([[0.0], [1.0], [5.0]])
+    b = np.array([[1.0], [1.0], [3.0]])
+    loss = event_loss(ev, a, b)
+    assert loss.epsilon_loss == pytest.approx(1.0)  # row 3: |5 − 3|/2, not the ℓ1 sum 1.5
+    assert loss.shift == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="same non-empty shape"):
+        event_loss(ev, a, b[:2])
+
+
+# ------------------------------------------------------------------ select-policy
+def test_audit_passes_shipped_select_policy(workdir: Path) -> None:
+    code, report, err = audit("configs/select_policy.yaml", "--rows", "200", "--pairs", "8",
+                              "--trials", "100")
+    assert code == 0, err
+    assert report["command"] == "select-policy" and report["verdict"] == "pass"
+    g = report["gray_box"]
+    assert g["max_privacy_loss"] <= 1.0 and g["max_sensitivity_ratio"] <= 1.0
+    assert report["black_box"]["epsilon_lower_bound"] <= 1.0
+
+
+def test_select_policy_neighbours_replace_one_row_in_place(workdir: Path) -> None:
+    spec = SelectPolicySpec.model_validate(yaml.safe_load(
+        (workdir / "configs" / "select_policy.yaml").read_text()))
+    rng = np.random.default_rng(0)
+    frame = spa.synthesize(spec, 60, rng)
+    m = 30
+    kinds = []
+    for name, first, other in spa.neighbours(spec, frame, rng, 8):
+        base = frame if first is None else first
+        assert len(other) == len(base) == 60 and list(other.index) == list(base.index)
+        diff = ~((base == other) | (base.isna() & other.isna())).all(axis=1)
+        assert int(diff.sum()) == 1, name  # D and D′ differ in exactly one row, at its index
+        kinds.append((name.split()[0], int(np.flatnonzero(diff.to_numpy())[0])))
+        if name.startswith("anchor"):
+            row = int(np.flatnonzero(diff.to_numpy())[0])
+            assert row < m  # the anchor is a nuisance-block row (index split: the first m rows)
+            assert base["Y"].iloc[row] == 1.0 and other["Y"].iloc[row] == 0.0
+            sc = base.iloc[m:]
+            assert (sc["A"] != base["A"].iloc[row]).all()  # scoring rows: the other arm
+    assert {k for k, _ in kinds} >= {"anchor", "nuisance", "scoring"}
+
+
+class FlexibleNuisance:
+    """Uncertified outcome model (spec §3.4/§3.5): clipped 1-NN or a fully grown tree per arm;
+    the propensity stays the certified logistic."""
+
+    def __init__(self, kind: str, fmap: UnitBoxFeatures, ridge: CertifiedRidge,
+                 logistic: CertifiedLogistic, x: FloatArray, treated: npt.NDArray[np.bool_],
+                 y: FloatArray) -> None:
+        self.fmap, self.kind = fmap, kind
+        self.mu_bounds = ridge.mu_bounds
+        xt = fmap.transform(x)
+        yc = np.clip(y, *ridge.y_bounds)
+        self.x = [xt[treated == bool(a)] for a in (0, 1)]
+        self.y = [yc[treated == bool(a)] for a in (0, 1)]
+        self.trees = [DecisionTreeRegressor(random_state=0).fit(self.x[a], self.y[a])
+                      for a in (0, 1)] if kind == "tree" else []
+        self.prop = logistic.fit(xt, treated)
+
+    def _mu(self, xt: FloatArray, a: int) -> FloatArray:
+        if self.kind == "tree":
+            pred = self.trees[a].predict(xt)
+        else:
+            d2 = ((xt[:, None, :] - self.x[a][None, :, :]) ** 2).sum(axis=-1)
+            pred = self.y[a][np.argmin(d2, axis=1)]
+        return np.clip(pred, *self.mu_bounds)
+
+    def predict(self, x: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        xt = self.fmap.transform(x)
+        return self._mu(xt, 0), self._mu(xt, 1), self.prop.predict(xt)
+
+
+def break_select_policy(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """The paper's naive calibration Δ = 2B_ψ with a flexible nuisance learner (test fixture)."""
+    monkeypatch.setattr(sp, "fit_nuisance",
+                        lambda fmap, ridge, logistic, x, t, y: FlexibleNuisance(
+                            kind, fmap, ridge, logistic, x, t, y))
+    real = sp.certify_spillover
+
+    def naive(**kw: Any) -> Any:
+        cert = real(**kw)
+        return dataclasses.replace(cert, delta_cert=cert.floor_2Bpsi)
+
+    monkeypatch.setattr(sp, "certify_spillover", naive)
+
+
+@pytest.mark.parametrize("kind", ["1nn", "tree"])
+def test_audit_fails_naive_select_policy_with_flexible_learner(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    break_select_policy(monkeypatch, kind)
+    code, report, err = audit("configs/select_policy.yaml", "--rows", "400", "--pairs", "4",
+                              "--trials", "0")
+    assert code == 4, err
+    g = report["gray_box"]
+    assert g["closest_pair"].startswith("anchor row")
+    # the anchor moves every one of the n = 200 scoring summands by the μ range 1: move = n = 200,
+    # i.e. 200/22 = 9.09× the naive Δ = 2B_ψ = 22 (spec App. F)
+    assert g["max_sensitivity_ratio"] == pytest.approx(200 / 22)
+    assert g["max_privacy_loss"] > 2.0  # exact EM log-ratio; ε = 1 is claimed
+    assert "exceeds the claimed ε" in err
+
+
+@pytest.mark.statistical
+def test_black_box_also_catches_naive_select_policy(workdir: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    break_select_policy(monkeypatch, "tree")
+    code, report, err = audit("configs/select_policy.yaml", "--rows", "400", "--pairs", "4",
+                              "--trials", "400")
+    assert code == 4, err
+    assert report["black_box"]["epsilon_lower_bound"] > 1.0
+
+
+def test_audit_passes_select_policy_with_value_release(workdir: Path) -> None:
+    doc = yaml.safe_load((workdir / "configs" / "select_policy.yaml").read_text())
+    doc["select_policy"]["value_release"] = {"epsilon": 0.5}
+    spec = write_yaml(workdir / "sp_value.yaml", doc)
+    code, report, err = audit(spec, "--rows", "120", "--pairs", "8", "--trials", "0")
+    assert code == 0, err
+    assert report["claimed"]["epsilon"] == pytest.approx(1.5)
+    assert set(report["gray_box"]["max_loss_per_stage"]) == {sp.STAGE_CHOICE, sp.STAGE_VALUE}
