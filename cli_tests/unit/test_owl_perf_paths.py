@@ -38,6 +38,14 @@ def test_linear_transform_is_bitwise_the_reference(scaling: str, intercept: bool
     assert np.all(np.linalg.norm(got, axis=1) <= 1 + 1e-12)
 
 
+@pytest.mark.parametrize("n", [0, 1, 8191, 8192, 8193, 20_000])
+def test_linear_transform_block_boundaries(n: int) -> None:
+    rng = np.random.default_rng(n)
+    fmap = FeatureMap(("a", "b"), np.array([-1.0, 0.0]), np.array([2.0, 5.0]), "minmax", True)
+    x = rng.normal(0, 3, size=(n, 2))
+    assert np.array_equal(fmap.transform(x), _reference_transform(fmap, x))
+
+
 def test_numeric_matrix_equals_column_stack_and_keeps_errors() -> None:
     frame = pd.DataFrame({
         "f": [1.0, 2.5, 3.0], "i": [1, 2, 3], "b": [True, False, True], "s": ["1", "2", "3"],
@@ -113,3 +121,23 @@ def test_dloss_equals_huber_derivative() -> None:
     z = np.linspace(-3, 4, 10_001)
     for h in (0.01, 0.5, 2.0):
         np.testing.assert_array_equal(erm._dloss(z, h), HuberHinge(h).derivative(z))
+
+
+@pytest.mark.parametrize("gamma", [0.5, 50.0, 5000.0])
+def test_subsample_warm_start_gives_a_certified_solution(monkeypatch: pytest.MonkeyPatch,
+                                                         gamma: float) -> None:
+    monkeypatch.setattr(erm, "WARM_START_MIN_ROWS", 2000)
+    monkeypatch.setattr(erm, "WARM_START_ROWS", 300)
+    rng = np.random.default_rng(11)
+    n, d = 6000, 6
+    v = rng.uniform(size=(n, d)) / math.sqrt(d)
+    y = rng.choice([-1.0, 1.0], size=n)
+    w = rng.uniform(0, 30, n)
+    loss, tol = HuberHinge(0.5), 30e-6
+    start = erm._warm_start(v, y, w, gamma, loss.h, tol, 100)
+    assert start is not None
+    sol = solve_weighted_erm(v, y, w, gamma=gamma, loss=loss, grad_tol=tol)
+    assert np.linalg.norm(gradient(sol.theta, v, y, w, gamma, loss)) <= tol
+    cold, cold_g, _ = erm._newton(v, y, w, gamma, loss.h, tol, np.zeros(d), 100)
+    assert cold_g <= tol
+    assert np.linalg.norm(sol.theta - cold) <= 2 * tol / gamma

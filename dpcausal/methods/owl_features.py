@@ -71,27 +71,27 @@ class FeatureMap:
             s = np.hstack([np.ones((s.shape[0], 1)), s])
         return s / math.sqrt(s.shape[1])
 
-    def _transform_linear(self, x: FloatArray) -> FloatArray:
-        """The linear map written column by column into one preallocated array: the same
-        arithmetic as ``scale`` → prepend 1 → divide by √d (so the same values), with contiguous
-        per-column work and no full-size temporaries."""
+    def _transform_linear(self, x: FloatArray, block: int = 8192) -> FloatArray:
+        """The linear map written block by block of rows into one preallocated array: the same
+        arithmetic as ``scale`` → prepend 1 → divide by √d (so the same values), in cache-sized
+        pieces and without full-size temporaries."""
         d = self.dim
         root_d = math.sqrt(d)
         out = np.empty((x.shape[0], d))
         if self.intercept:
             out[:, 0] = 1.0 / root_d
         first = int(self.intercept)
-        buf = np.empty(x.shape[0])
-        for j in range(x.shape[1]):
-            lo, hi = self.lower[j], self.upper[j]
-            np.clip(x[:, j], lo, hi, out=buf)
+        span = self.upper - self.lower
+        maxabs = np.maximum(np.abs(self.lower), np.abs(self.upper))
+        for start in range(0, x.shape[0], block):
+            part = out[start:start + block, first:]
+            np.clip(x[start:start + block], self.lower, self.upper, out=part)
             if self.scaling == "minmax":
-                buf -= lo
-                buf /= hi - lo
+                part -= self.lower
+                part /= span
             else:
-                buf /= max(abs(lo), abs(hi))
-            buf /= root_d
-            out[:, first + j] = buf
+                part /= maxabs
+            part /= root_d
         return out
 
     def original_units(self, theta: FloatArray) -> dict[str, float] | None:
