@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -80,11 +81,12 @@ def test_cli_equals_library_with_test_seed(workdir: Path) -> None:
     receipt = read_json(workdir / "o3" / "receipt.json")
     assert receipt["dp_guarantee"] is False and receipt["rng"] == "seeded-test"
     assert receipt["guarantee"] == "none"
+    assert read_json(workdir / "o3" / "rule.json")["privacy"]["dp_guarantee"] is False
     spec = OwlSpec.model_validate(spec_doc())
     frame = pd.read_csv("sample_data/owl_trial.csv")
     from dpcausal.mechanisms import noise_generator
 
-    plan = owl.plan(spec, len(frame), {}, rng=np.random.default_rng(0))
+    plan = replace(owl.plan(spec, len(frame), {}, rng=np.random.default_rng(0)), dp_guarantee=False)
     release = owl.run(spec, frame, plan, {"apply_to": pd.read_csv(spec.owl.apply_to)},
                       rng=np.random.default_rng(0), noise_rng=noise_generator(5))
     assert read_json(workdir / "o3" / "rule.json") == json.loads(json.dumps(

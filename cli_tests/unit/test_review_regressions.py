@@ -118,3 +118,41 @@ def test_exponential_mechanism_survives_extreme_scores() -> None:
     picks = {mech.release(np.array([0.0, 1e-290, 5e-291]), rng=np.random.default_rng(i))
              for i in range(20)}
     assert picks == {1}
+
+
+def test_csv_parse_errors_do_not_echo_rows(tmp_path: Path) -> None:
+    bad = tmp_path / "ragged.csv"
+    bad.write_text("x1,A,B\n0.1,1,1.0\n0.2,0,2.0,SSN-123-45\n")
+    from dpcausal.errors import DataError
+    from dpcausal.io.tables import inspect_table
+
+    with pytest.raises(DataError) as info:
+        inspect_table(bad)
+    assert "SSN" not in str(info.value) and "row content not shown" in str(info.value)
+
+
+def test_owl_refuses_tuning_on_the_training_file_and_unused_roles(tmp_path: Path) -> None:
+    from dpcausal.methods import owl
+
+    doc = json.loads(json.dumps(BASE))
+    doc["owl"].pop("gamma")
+    doc["owl"]["tune"] = {"public_data": "d.csv", "grid": [1.0]}
+    with pytest.raises(SpecError, match=r"owl\.tune\.public_data"):
+        owl.side_inputs(OwlSpec.model_validate(doc))
+    doc = json.loads(json.dumps(BASE))
+    doc["data"]["columns"]["propensity"] = "p"
+    with pytest.raises(SpecError, match=r"data\.columns\.propensity"):
+        owl.build_setup(OwlSpec.model_validate(doc))
+    doc = json.loads(json.dumps(BASE))
+    doc["owl"]["propensity"] = {"column": "x1", "floor": 0.1}
+    with pytest.raises(SpecError, match="another role"):
+        owl.build_setup(OwlSpec.model_validate(doc))
+
+
+def test_owl_tiny_gamma_is_a_spec_error(tmp_path: Path) -> None:
+    from dpcausal.methods import owl
+
+    doc = json.loads(json.dumps(BASE))
+    doc["owl"]["gamma"] = 1e-310
+    with pytest.raises(SpecError, match=r"owl\.gamma"):
+        owl.plan(OwlSpec.model_validate(doc), 10, {}, rng=np.random.default_rng(0))

@@ -70,6 +70,16 @@ def _apply(rule_path: Path, spec_path: Path | None, data: Path | None, out: Path
         raise DataError(f"{rule_path}: rule file not found; check the --apply path") from exc
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DataError(f"{rule_path}: cannot read the rule file as JSON ({exc})") from exc
+    if spec_path is not None:
+        from dpcausal.spec.load import load_spec
+        from dpcausal.spec.owl import OwlSpec
+
+        training = load_spec(spec_path, OwlSpec)[0].data.path
+        if training is not None and owl_method._same_file(data, training):
+            raise SpecError(
+                f"--data {data} is the spec's training data; recommendations for the training rows "
+                "are functions of their own sensitive covariates and are not covered by the guarantee"
+            )
     info = inspect_table(data, "data file to score")
     with status("dpcausal owl: applying rule", quiet or as_json):
         frame = read_table(data, list(info.columns), "data file to score")

@@ -44,6 +44,23 @@ class TableInfo:
     n_rows: int
 
 
+def _safe_reason(exc: Exception) -> str:
+    """Why a file could not be read, without echoing its contents.
+
+    pyarrow's parse errors quote the offending row (``Expected 6 columns, got 7: <the row>``): one
+    person's record would land in a cron or CI log. Keep the part before the quoted text.
+    """
+    if isinstance(exc, OSError) and not isinstance(exc, pa.ArrowInvalid):
+        return exc.strerror or type(exc).__name__
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "CSV parse error" in text or "columns, got" in text:
+        head = text.split(": ", 2)
+        return ": ".join(head[:2]) + " (row content not shown); check the row's fields and quoting"
+    if "conversion" in text.lower() or "convert" in text.lower():
+        return "a value could not be converted (content not shown); check the column types"
+    return text[:200]
+
+
 def _require_file(path: Path | None, what: str) -> Path:
     if path is None:
         raise DataError(f"no {what} given; set data.path in the spec or pass --data FILE")
@@ -77,7 +94,7 @@ def inspect_table(path: Path | None, what: str = "data file") -> TableInfo:
                     )
                 ).num_rows
     except (pa.ArrowInvalid, OSError) as exc:
-        raise DataError(f"{p}: cannot read the {what}: {exc}") from exc
+        raise DataError(f"{p}: cannot read the {what}: {_safe_reason(exc)}") from exc
     if n_rows == 0:
         raise DataError(f"{p}: the {what} has no rows")
     return TableInfo(p, fmt, columns, int(n_rows))
@@ -107,7 +124,7 @@ def read_table(path: Path | None, columns: list[str], what: str = "data file") -
                 info.path, convert_options=pacsv.ConvertOptions(include_columns=cols)
             )
     except (pa.ArrowInvalid, OSError) as exc:
-        raise DataError(f"{info.path}: cannot read the {what}: {exc}") from exc
+        raise DataError(f"{info.path}: cannot read the {what}: {_safe_reason(exc)}") from exc
     if table.num_rows == 0:
         raise DataError(f"{info.path}: the {what} has no rows")
     return table.to_pandas(split_blocks=True)  # no consolidation copy of the columns
@@ -135,7 +152,7 @@ def numeric_column(frame: pd.DataFrame, column: str, path: Path | None) -> npt.N
         first = int(np.flatnonzero(non_numeric)[0])
         raise DataError(
             f"{path}: column '{column}' has {int(non_numeric.sum())} non-numeric value(s) "
-            f"(first at data row {first + 1}: {series.iloc[first]!r}); the column must be numeric"
+            f"(first at data row {first + 1}); the column must be numeric"
         )
     _check_finite(arr, column, path)
     return arr

@@ -293,8 +293,8 @@ def prepare(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame) -> Prepared:
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
         raise DataError(f"{path}: column '{cols.treatment}' must hold only 0 and 1 (binary "
-                        f"treatment); data row {first + 1} has {frame[cols.treatment].iloc[first]!r}"
-                        ". Recode the treatment column")
+                        f"treatment); data row {first + 1} holds another value. Recode the "
+                        "treatment column")
     y = np.clip(numeric_column(frame, cols.outcome, path), *setup.y_bounds)
     x = np.clip(x, setup.box.lo, setup.box.hi)
     perm = np.random.default_rng(spec.cate.split_seed).permutation(setup.n_total)

@@ -8,6 +8,7 @@ R(θ) = ½‖θ‖² (E1), Gamma shape d = dim θ (E15), public outcome shift (P
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,18 @@ def build_setup(spec: OwlSpec) -> OwlSetup:
         raise SpecError("data.columns.covariates: owl needs at least one covariate column")
     if cols.outcome is None or cols.treatment is None:
         raise SpecError("data.columns: owl needs both 'outcome' and 'treatment' columns")
+    unused = [r for r in ("propensity", "unit", "time") if getattr(cols, r) is not None]
+    if unused:
+        raise SpecError(
+            f"data.columns.{unused[0]}: owl does not use this column role; design propensities go in "
+            "owl.propensity: {column: NAME, floor: π_min}"
+        )
+    if isinstance(sec.propensity, PropensityColumn) and sec.propensity.column in (
+        *cols.covariates, cols.outcome, cols.treatment
+    ):
+        raise SpecError(
+            f"owl.propensity.column: '{sec.propensity.column}' already has another role in data.columns"
+        )
     if spec.bounds.outcome is None:
         raise MissingBoundsError(
             "bounds.outcome is missing: owl needs public outcome bounds [lo, hi] to bound the "
@@ -126,6 +139,11 @@ def side_inputs(spec: OwlSpec) -> dict[str, SideInput]:
     """The public tuning file and the rows to score, if the spec names them."""
     out: dict[str, SideInput] = {}
     if spec.owl.tune is not None:
+        if spec.data.path is not None and _same_file(spec.owl.tune.public_data, spec.data.path):
+            raise SpecError(
+                f"owl.tune.public_data: {spec.owl.tune.public_data} is the training data; tuning γ on "
+                "the sensitive rows is not private. Tune on a separate public file, or set owl.gamma"
+            )
         out["tune"] = SideInput(spec.owl.tune.public_data, data_columns(spec), "public tuning file")
     if spec.owl.apply_to is not None:
         if spec.data.path is not None and _same_file(spec.owl.apply_to, spec.data.path):
@@ -139,8 +157,9 @@ def side_inputs(spec: OwlSpec) -> dict[str, SideInput]:
 
 
 def _same_file(a: Path, b: Path) -> bool:
+    """True when both paths name one file (hard and symbolic links included)."""
     try:
-        return Path(a).resolve() == Path(b).resolve()
+        return Path(a).resolve() == Path(b).resolve() or os.path.samefile(a, b)
     except OSError:
         return False
 
@@ -171,7 +190,7 @@ def prepare(spec: OwlSpec, setup: OwlSetup, frame: pd.DataFrame, path: Path | No
         raise DataError(
             f"{path}: column '{cols.treatment}' has {int(other.sum())} value(s) that are neither "
             f"the treated value {sec.treated!r} nor the control value {sec.control_label()!r} "
-            f"(first at data row {first + 1}: {frame[cols.treatment].iloc[first]!r}); owl needs a "
+            f"(first at data row {first + 1}); owl needs a "
             "binary treatment: collapse the arms, or set owl.treated/owl.control"
         )
     y = np.where(treated, 1.0, -1.0)
@@ -213,7 +232,13 @@ def mechanism(setup: OwlSetup, gamma: float, epsilon: float) -> L2LaplaceMechani
     Guarantee: pure ε-DP by the ℓ2-Laplace mechanism. Covers θ* and anything computed from θ*
     and public inputs (the rule, recommendations for *other* rows).
     """
-    return L2LaplaceMechanism(epsilon, setup.sensitivity(gamma), setup.fmap.dim, stage="owl.theta")
+    sensitivity = setup.sensitivity(gamma)
+    if not math.isfinite(sensitivity):
+        raise SpecError(
+            f"owl.gamma: γ = {gamma:g} with the weight bound W = {setup.weight_bound:g} gives an "
+            "infinite sensitivity 2W/γ; use a larger owl.gamma or narrower bounds.outcome"
+        )
+    return L2LaplaceMechanism(epsilon, sensitivity, setup.fmap.dim, stage="owl.theta")
 
 
 def plan(spec: OwlSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
@@ -307,7 +332,9 @@ def rule_document(spec: OwlSpec, setup: OwlSetup, theta: FloatArray,
         "decision": "recommend treated when score = v(x)·theta > 0, else control (ties: control)",
         "outcome_direction": spec.owl.outcome_direction,
         "privacy": {
-            "epsilon": ev.epsilon, "delta": 0.0, "guarantee": "pure",
+            "epsilon": ev.epsilon, "delta": 0.0,
+            "guarantee": plan.guarantee if plan.dp_guarantee else "none",
+            "dp_guarantee": plan.dp_guarantee,
             "sensitivity": ev.sensitivity, "gamma": plan.details["gamma"],
             "gamma_source": plan.details["gamma_source"]["source"],
             "weight_bound_W": setup.weight_bound,
@@ -387,7 +414,8 @@ def tune_gamma(spec: OwlSpec, setup: OwlSetup, public: pd.DataFrame, *, n: int,
     return {
         "gamma": grid[best], "public_data": str(tune.public_data), "public_rows": n0,
         "validation_size": m, "repeats": tune.repeats, "seed": tune.seed, "metric": "value (Eq. 23)",
-        "grid": grid, "mean_value": [float(v) for v in mean],
+        "grid": grid,
+        "mean_value": [float(v) if math.isfinite(v) else None for v in mean],
     }
 
 

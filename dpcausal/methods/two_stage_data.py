@@ -150,7 +150,7 @@ def prepare(spec: TwoStageSpec, setup: TwoStageSetup, frame: pd.DataFrame,
         raise DataError(
             f"{path}: column '{cols.treatment}' has {int(other.sum())} value(s) that are neither "
             f"the treated value {sec.treated!r} nor the control value {sec.control_label()!r} "
-            f"(first at data row {first + 1}: {frame[cols.treatment].iloc[first]!r}); two-stage "
+            f"(first at data row {first + 1}); two-stage "
             "needs a binary treatment: collapse the arms, or set two_stage.treated/control"
         )
     raw = np.clip(raw, setup.fmap.lower, setup.fmap.upper)

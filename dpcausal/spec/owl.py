@@ -57,7 +57,7 @@ class OwlSection(StrictModel):
     scaling: Literal["minmax", "maxabs"] = "minmax"
     intercept: bool = True
     outcome_direction: Literal["higher", "lower"] = "higher"
-    eta: Annotated[float, Field(ge=0.0)] = 0.001
+    eta: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] = 0.001
     """Positivity offset: B′ = clip(B, L, U) − L + η."""
     apply_to: Path | None = None
     """A file of new covariate rows (not the training data) to write recommendations for."""
