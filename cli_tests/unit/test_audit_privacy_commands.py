@@ -167,3 +167,83 @@ def test_audit_passes_select_policy_with_value_release(workdir: Path) -> None:
     assert code == 0, err
     assert report["claimed"]["epsilon"] == pytest.approx(1.5)
     assert set(report["gray_box"]["max_loss_per_stage"]) == {sp.STAGE_CHOICE, sp.STAGE_VALUE}
+
+
+# ------------------------------------------------------------------ cate
+class _AtDistance:
+    def __init__(self, x: float) -> None:
+        self.x = x
+
+    def distance(self, other: _AtDistance) -> float:
+        return abs(self.x - other.x)
+
+
+def test_distance_only_inputs_use_the_exact_l2_loss() -> None:
+    ev = PrivacyEvent("l2_laplace", "f", 1.0, 0.0, 2.0, "l2", 2.0)
+    assert event_loss(ev, _AtDistance(0.0), _AtDistance(3.0)).epsilon_loss == pytest.approx(1.5)
+    with pytest.raises(ValueError, match="ℓ2 mechanism"):
+        event_loss(PrivacyEvent("laplace", "f", 1.0, 0.0, 2.0, "l1", 2.0), _AtDistance(0.0),
+                   _AtDistance(1.0))
+
+
+def cate_spec(workdir: Path, **section: Any) -> Path:
+    doc = yaml.safe_load((workdir / "configs" / "cate.yaml").read_text())
+    doc["cate"]["plot"] = False  # the PNG of every black-box release only costs time
+    doc["cate"].update(section)
+    return write_yaml(workdir / "cate_audit.yaml", doc)
+
+
+def test_audit_passes_shipped_cate(workdir: Path) -> None:
+    code, report, err = audit(cate_spec(workdir), "--rows", "200", "--pairs", "8", "--trials", "40")
+    assert code == 0, err
+    assert report["command"] == "cate" and report["verdict"] == "pass"
+    g = report["gray_box"]
+    assert set(g["max_loss_per_stage"]) == {"cate.nuisance.propensity", "cate.nuisance.outcome",
+                                            "cate.second_stage.function"}
+    assert 0.0 < g["max_sensitivity_ratio"] <= 1.0
+    assert g["max_delta_at_claimed_epsilon"] <= 1e-5
+    assert report["black_box"]["epsilon_lower_bound"] <= 5.0
+
+
+def test_audit_passes_cate_rff(workdir: Path) -> None:
+    code, report, err = audit(cate_spec(workdir, features="rff", rff_dim=40), "--rows", "120",
+                              "--pairs", "4", "--trials", "0")
+    assert code == 0, err
+    assert report["gray_box"]["max_sensitivity_ratio"] <= 1.0
+
+
+def test_cate_neighbours_stay_in_their_half(workdir: Path) -> None:
+    from dpcausal.methods import cate_audit
+    from dpcausal.spec.cate import CateSpec
+
+    spec = CateSpec.model_validate(yaml.safe_load(cate_spec(workdir).read_text()))
+    rng = np.random.default_rng(1)
+    frame = cate_audit.synthesize(spec, 80, rng)
+    first, second = cate_audit.halves(spec, 80)
+    seen = set()
+    for name, d, dp in cate_audit.neighbours(spec, frame, rng, 8):
+        base = frame if d is None else d
+        diff = np.flatnonzero(~(base == dp).all(axis=1).to_numpy())
+        assert len(diff) == 1 and len(dp) == 80, name
+        seen.add("first" if diff[0] in set(first) else "second")
+        assert name.startswith("first") == (diff[0] in set(first))
+    assert seen == {"first", "second"} and len(first) + len(second) == 80
+
+
+def test_audit_fails_cate_with_understated_rkhs_sensitivity(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpcausal.methods.cate_setup import CateSetup
+
+    real = CateSetup.rkhs_sensitivity
+    monkeypatch.setattr(CateSetup, "rkhs_sensitivity",
+                        property(lambda self: real.fget(self) / 10))  # type: ignore[attr-defined]
+    code, report, err = audit(cate_spec(workdir), "--rows", "200", "--pairs", "4", "--trials", "0")
+    assert code == 4, err
+    assert report["gray_box"]["max_loss_per_stage"]["cate.second_stage.function"] > 5.0
+
+
+def test_audit_refuses_cate_queries_mode(workdir: Path) -> None:
+    code, _, err = audit(cate_spec(workdir, mode="queries", loss="squared", grid=None,
+                                   queries="sample_data/cate_queries.csv"),
+                         "--rows", "200", "--pairs", "2")
+    assert code == 2 and "asymptotic" in err, err

@@ -13,6 +13,8 @@ from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.audit.neighbours import Pair, RowDomain, row_neighbours
 from dpcausal.audit.privacy import AuditAdapter
 from dpcausal.methods import (
+    cate,
+    cate_audit,
     owl,
     select_policy,
     select_policy_audit,
@@ -67,5 +69,6 @@ ADAPTERS: dict[str, AuditAdapter] = {
     "synth_control": AuditAdapter(synth_control.METHOD, "synth_control",
                                   *synth_control_audit.FUNCTIONS),
     "select_policy": AuditAdapter(select_policy.METHOD, "select_policy", *select_policy_audit.FUNCTIONS),
+    "cate": AuditAdapter(cate.METHOD, "cate", *cate_audit.FUNCTIONS),
 }
 """Spec section name → adapter. A command is auditable once it has an adapter here."""

@@ -47,10 +47,18 @@ def event_loss(event: PrivacyEvent, a: FloatArray, b: FloatArray) -> EventLoss:
     Laplace: ‖a − b‖₁/b. Exponential (a, b are utility vectors): max_k |log p_k − log p′_k| of the
     exact selection probabilities. Gaussian: the pair's privacy profile δ(ε).
 
+    Inputs with a ``distance(other)`` method (elements of a function space, e.g. an RKHS function
+    released by the Gaussian-process mechanism, whose noise is isotropic in that space): the loss is
+    that of two vectors at that distance (ℓ2 mechanisms only).
+
     Two-dimensional ``a``, ``b`` (one row per value of an earlier released output the mechanism's
     input depends on, e.g. the value of the policy an exponential mechanism chose): the loss is the
     worst row's, as the mechanism runs on exactly one row given what was released before it.
     """
+    if hasattr(a, "distance"):  # an element of a function space, e.g. an RKHS function
+        if event.kind not in ("l2_laplace", "gaussian", "gaussian_process"):
+            raise ValueError(f"a distance-only input needs an ℓ2 mechanism, not {event.kind!r}")
+        return event_loss(event, np.zeros(1), np.array([float(a.distance(b))]))
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if a.ndim == 2:

@@ -1,0 +1,169 @@
+"""What ``audit privacy`` needs to drive ``cate`` (the four functions of an AuditAdapter).
+
+Registered by one line in ``dpcausal/audit/adapters.py``::
+
+    "cate": AuditAdapter(cate.METHOD, "cate", *cate_audit.FUNCTIONS)
+
+Neighbouring relation (spec cate): replace one row in place; n is public and the rows are assigned
+to the two halves by a public permutation of the row index (``cate.split_seed``), so the replaced
+row stays in its half. The generators below never reorder, add or drop rows.
+
+Mechanism inputs (``pre_noise``), by stage:
+- ``cate.nuisance.propensity``: the non-private ℓ2-logistic θ̂ on the first half;
+- ``cate.nuisance.outcome``: the stacked non-private ridge (θ̂₀, θ̂₁) on the first half;
+- ``cate.second_stage.function``: the exact second-stage minimiser ĝ_D as an RKHS element (the
+  Gaussian-process noise is isotropic in the RKHS, so the exact loss is that of a Gaussian
+  mechanism at the RKHS distance ‖ĝ_D − ĝ_D′‖_ℋ, computed in representer form) or, with
+  ``features: rff``, the weight vector ŵ (ℓ2).
+The second stage is computed given FIXED nuisances, as the guarantee is conditional on the released
+(noised) ones: the sensitivity must hold for every nuisance pair in the public ranges, and the audit
+uses the worst one for the weights, π̂ ≡ κ (so ρ = (A − π̂)² reaches (1 − κ)² for treated rows, and
+for the DR-learner 1/π̂ reaches 1/κ) and μ̂ ≡ the centre of the outcome range. A first-half
+replacement therefore leaves the second-stage input unchanged, exactly as it does the release
+given the nuisances.
+
+Only ``mode: function`` is audited: ``mode: queries`` carries an asymptotic guarantee (Thm 1 holds
+for n large enough), not a finite-n claim a neighbouring-pair audit could check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.audit.neighbours import Pair, RowDomain, replace_one
+from dpcausal.errors import SpecError
+from dpcausal.methods import cate
+from dpcausal.methods.base import Release
+from dpcausal.methods.cate_krr import KrrFit, rkhs_distance
+from dpcausal.methods.cate_setup import CateSetup, build_setup
+from dpcausal.spec.cate import CateSpec
+
+FloatArray = npt.NDArray[np.float64]
+STAGE_FUNCTION = "cate.second_stage.function"
+
+
+def _setup(spec: CateSpec, n_rows: int) -> CateSetup:
+    if spec.cate.mode != "function":
+        raise SpecError("cate.mode: audit privacy covers mode: function only; mode: queries has an "
+                        "asymptotic guarantee (Thm 1, n large enough), not a finite-n claim to audit")
+    return build_setup(spec, n_rows)
+
+
+def _domain(spec: CateSpec, setup: CateSetup) -> RowDomain:
+    cols = spec.data.columns
+    assert cols.outcome is not None
+    assert cols.treatment is not None
+    numeric = {c: setup.box_bounds(c) for c in setup.covariates}
+    numeric[cols.outcome] = setup.y_bounds
+    return RowDomain(numeric, {cols.treatment: [1, 0]})
+
+
+def synthesize(spec: CateSpec, n: int, rng: np.random.Generator) -> pd.DataFrame:
+    """``n`` rows drawn uniformly inside the public box and outcome bounds, A ∈ {0, 1}."""
+    return _domain(spec, _setup(spec, n)).synthesize(n, rng)
+
+
+def halves(spec: CateSpec, n_rows: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """(first-half rows, second-half rows): the command's public permutation of the row index."""
+    setup = build_setup(spec, n_rows)
+    perm = np.random.default_rng(spec.cate.split_seed).permutation(n_rows)
+    return np.sort(perm[: setup.n_nuisance]), np.sort(perm[setup.n_nuisance:])
+
+
+def neighbours(spec: CateSpec, frame: pd.DataFrame, rng: np.random.Generator,
+               k: int) -> Iterator[Pair]:
+    """``k`` replace-one-row pairs around ``frame``, the replaced row alternating between the two
+    halves and the kind cycling (every two pairs) through four kinds, adversarial ones first.
+
+    A planted outcome flip (one row at a random covariate corner, treated, Y at the top of its
+    range in D and at the bottom in D′: with π̂ ≡ κ the row's weighted Huber gradient is as large
+    as it can be on both sides); a planted pair at the upper corner with the arm flipped; a row
+    replaced by a random corner of the bounds; and by a random row.
+    """
+    setup = _setup(spec, len(frame))
+    domain = _domain(spec, setup)
+    cols = spec.data.columns
+    assert cols.outcome is not None
+    assert cols.treatment is not None
+    blocks = halves(spec, len(frame))
+    names = ("first-half (nuisance)", "second-half")
+    y_lo, y_hi = setup.y_bounds
+    for i in range(k):
+        b = i % 2
+        idx = int(blocks[b][int(rng.integers(len(blocks[b])))])
+        where = f"{names[b]} row {idx}"
+        kind = (i // 2 + 2) % 4
+        if kind == 0:
+            yield f"{where} -> corner of the bounds", None, replace_one(frame, idx,
+                                                                        domain.corner_row(rng))
+        elif kind == 1:
+            yield f"{where} -> random row in the bounds", None, replace_one(frame, idx,
+                                                                            domain.random_row(rng))
+        elif kind == 2:
+            row = domain.corner_row(rng)
+            row[cols.treatment] = 1
+            yield (f"{where} planted at a corner, treated, Y top vs bottom",
+                   replace_one(frame, idx, {**row, cols.outcome: y_hi}),
+                   replace_one(frame, idx, {**row, cols.outcome: y_lo}))
+        else:
+            a, c = domain.extreme_pair(rng)
+            yield (f"{where} planted at the upper corner, arm flipped",
+                   replace_one(frame, idx, a), replace_one(frame, idx, c))
+
+
+@dataclass(frozen=True)
+class RkhsElement:
+    """ĝ = Σ α_i k0(·, s_i): compared with another by the exact RKHS distance."""
+
+    fit: KrrFit
+
+    def distance(self, other: RkhsElement) -> float:
+        """‖ĝ_self − ĝ_other‖_ℋ."""
+        return rkhs_distance(self.fit, other.fit)
+
+
+@dataclass(frozen=True)
+class _ConstantPropensity:
+    """π̂ ≡ κ (a fixed nuisance in the public range, the worst one for the weights)."""
+
+    kappa: float
+
+    def predict(self, x: npt.ArrayLike) -> FloatArray:
+        return np.full(np.atleast_2d(np.asarray(x)).shape[0], self.kappa)
+
+
+def pre_noise(spec: CateSpec, frame: pd.DataFrame, plan: PrivacyPlan,
+              side: dict[str, Any]) -> dict[str, Any]:
+    """Each mechanism's input on ``frame`` (non-private; audit only), by stage."""
+    setup = _setup(spec, len(frame))
+    data = cate.prepare(spec, setup, frame)
+    prop_l, out_l = cate.nuisance_learners(spec, setup)
+    out: dict[str, Any] = {
+        prop_l.stage: prop_l.fit_nonprivate(data.x1, data.a1),
+        out_l.stage: out_l.fit_nonprivate(data.x1, data.a1, data.y1).ravel(),
+    }
+    prop = _ConstantPropensity(setup.kappa)
+    outm = out_l.model(np.zeros((2, setup.box.dim)))  # μ̂ ≡ centre of the outcome range
+    if spec.cate.features == "rff":
+        out[STAGE_FUNCTION] = cate.second_stage_rff(setup, cate.rff_features(spec, setup),
+                                                    prop, outm, data.x2, data.a2, data.y2)  # type: ignore[arg-type]
+    else:
+        fit, _, _ = cate.second_stage(setup, prop, outm, data.x2, data.a2, data.y2)  # type: ignore[arg-type]
+        out[STAGE_FUNCTION] = RkhsElement(fit)
+    return out
+
+
+def output_vector(release: Release) -> FloatArray:
+    """The released CATE values at the query points."""
+    return release.tables["cate"]["cate"].to_numpy(dtype=np.float64)
+
+
+FUNCTIONS = (synthesize, neighbours, pre_noise, output_vector)
+"""(synthesize, neighbours, pre_noise, output_vector), in AuditAdapter's order."""
