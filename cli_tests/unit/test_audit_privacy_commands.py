@@ -247,3 +247,91 @@ def test_audit_refuses_cate_queries_mode(workdir: Path) -> None:
                                    queries="sample_data/cate_queries.csv"),
                          "--rows", "200", "--pairs", "2")
     assert code == 2 and "asymptotic" in err, err
+
+
+# ------------------------------------------------------------------ two-stage
+def test_audit_passes_shipped_two_stage(workdir: Path) -> None:
+    code, report, err = audit("configs/two_stage.yaml", "--rows", "100", "--pairs", "3",
+                              "--trials", "20")
+    assert code == 0, err
+    assert report["command"] == "two-stage" and report["verdict"] == "pass"
+    g = report["gray_box"]
+    assert 0.0 < g["max_privacy_loss"] <= 1.0 and g["max_sensitivity_ratio"] <= 1.0
+
+
+# The spec §2.7 [E] case: w ≡ 1, n = 4, p = 2, M_x = M_y = 1, λ₁ = 0.01, ε = 1 — a maximiser of
+# the interior loss found by two_stage_audit.uniform_weight_search (cli_tests/statistical/
+# test_two_stage_privacy.py): points r·(cos φ, sin φ) with r = σ(v₀), φ = v₁, t = 2·tanh(v₂).
+N4_WITNESS = np.array([41.90947, 5.94093, -4.582001, 16.084259, -1.016443, 77.220404, 22.448115,
+                       -0.476813, -0.794702, 9.877343, 0.214672, 40.011278, 49.756721, 2.977224,
+                       15.336138, 44.051516, -0.037245, -10.127898])
+
+
+def _witness_rows(records: list[int]) -> Any:
+    import pandas as pd
+
+    rows = []
+    for i in records:
+        v = N4_WITNESS[3 * i: 3 * i + 3]
+        rows.append({"r": 1.0 / (1.0 + np.exp(-v[0])), "phi": float(np.remainder(v[1] + np.pi,
+                                                                                 2 * np.pi) - np.pi),
+                     "A": 1, "Y": float(np.tanh(v[2]))})  # treated: t = 2·Y
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture
+def unit_disc_witness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Test fixture: the paper's domain ‖x‖ ≤ 1 (the shipped maxabs map only reaches the inscribed
+    square) via a polar feature map, and the audit's neighbours replaced by the witness pair."""
+    from dpcausal.audit import adapters
+    from dpcausal.methods import owl_features
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(owl_features.FeatureMap, "_transform_linear",
+                        lambda self, x, block=8192: np.column_stack(
+                            [x[:, 0] * np.cos(x[:, 1]), x[:, 0] * np.sin(x[:, 1])]))
+    d, dp = _witness_rows([0, 1, 2, 3]), _witness_rows([0, 1, 2, 4])
+    real = adapters.ADAPTERS["two_stage"]
+    monkeypatch.setitem(adapters.ADAPTERS, "two_stage", dataclasses.replace(
+        real, synthesize=lambda spec, n, rng: d,
+        neighbours=lambda spec, frame, rng, k: iter([("spec §2.7 [E] witness", d, dp)] * k)))
+
+    def spec(calibration: str) -> Path:
+        sec = {"treated": 1, "control": 0, "weights": "uniform", "sensitivity": "method",
+               "calibration": calibration, "noise": "gamma", "eps_split": 0.5,
+               "l1_radius": 0.01, "intercept": False, "scaling": "maxabs"}
+        if calibration == "paper":
+            sec["allow_uncertified"] = True
+        return write_yaml(tmp_path / f"two_stage_{calibration}.yaml", {
+            "data": {"columns": {"outcome": "Y", "treatment": "A", "covariates": ["r", "phi"]}},
+            "bounds": {"outcome": [-1.0, 1.0],
+                       "covariates": {"r": [0.0, 1.0], "phi": [-np.pi, np.pi]}},
+            "privacy": {"epsilon": 1.0}, "two_stage": sec})
+
+    return spec
+
+
+def test_audit_fails_two_stage_paper_calibration_on_the_1019_case(unit_disc_witness: Any) -> None:
+    code, report, err = audit(unit_disc_witness("paper"), "--rows", "4", "--pairs", "1",
+                              "--trials", "0")
+    assert code == 4, err
+    g = report["gray_box"]
+    assert g["max_privacy_loss"] == pytest.approx(1.019, abs=2e-3)  # spec §2.7 [E]: ≈ 1.019 > ε
+    # E1: the replaced record counts twice, so the gradient map moves ≈ 2× the paper's ζ·W₁
+    assert g["max_sensitivity_ratio"] > 1.9
+
+
+def test_audit_passes_two_stage_safe_calibration_on_the_1019_case(unit_disc_witness: Any) -> None:
+    code, report, err = audit(unit_disc_witness("safe"), "--rows", "4", "--pairs", "1",
+                              "--trials", "0")
+    assert code == 0, err
+    assert 0.5 < report["gray_box"]["max_privacy_loss"] < 0.53  # spec: safe ≈ 0.524 at this case
+    assert report["gray_box"]["max_sensitivity_ratio"] <= 1.0
+
+
+def test_audit_refuses_two_stage_gaussian(workdir: Path) -> None:
+    doc = yaml.safe_load((workdir / "configs" / "two_stage.yaml").read_text())
+    doc["two_stage"]["noise"] = "gaussian"
+    doc["privacy"]["delta"] = 1e-6
+    code, _, err = audit(write_yaml(workdir / "ts_gauss.yaml", doc), "--rows", "50", "--pairs", "1")
+    assert code == 2 and "noise: gamma" in err, err

@@ -20,6 +20,8 @@ from dpcausal.methods import (
     select_policy_audit,
     synth_control,
     synth_control_audit,
+    two_stage,
+    two_stage_audit_adapter,
 )
 from dpcausal.methods.base import Release
 from dpcausal.spec.owl import OwlSpec, PropensityColumn
@@ -70,5 +72,6 @@ ADAPTERS: dict[str, AuditAdapter] = {
                                   *synth_control_audit.FUNCTIONS),
     "select_policy": AuditAdapter(select_policy.METHOD, "select_policy", *select_policy_audit.FUNCTIONS),
     "cate": AuditAdapter(cate.METHOD, "cate", *cate_audit.FUNCTIONS),
+    "two_stage": AuditAdapter(two_stage.METHOD, "two_stage", *two_stage_audit_adapter.FUNCTIONS),
 }
 """Spec section name → adapter. A command is auditable once it has an adapter here."""

@@ -51,10 +51,15 @@ def event_loss(event: PrivacyEvent, a: FloatArray, b: FloatArray) -> EventLoss:
     released by the Gaussian-process mechanism, whose noise is isotropic in that space): the loss is
     that of two vectors at that distance (ℓ2 mechanisms only).
 
+    Inputs with a ``privacy_loss(other, event)`` method (mechanisms whose loss is not a function of
+    a pre-noise vector, e.g. objective perturbation): their own exact loss.
+
     Two-dimensional ``a``, ``b`` (one row per value of an earlier released output the mechanism's
     input depends on, e.g. the value of the policy an exponential mechanism chose): the loss is the
     worst row's, as the mechanism runs on exactly one row given what was released before it.
     """
+    if hasattr(a, "privacy_loss"):  # e.g. objective perturbation: no pre-noise vector exists
+        return a.privacy_loss(b, event)  # type: ignore[no-any-return]
     if hasattr(a, "distance"):  # an element of a function space, e.g. an RKHS function
         if event.kind not in ("l2_laplace", "gaussian", "gaussian_process"):
             raise ValueError(f"a distance-only input needs an ℓ2 mechanism, not {event.kind!r}")
