@@ -10,8 +10,8 @@ import pytest
 from scipy import optimize
 
 from dpcausal.errors import DataError
-from dpcausal.io.tables import numeric_column, numeric_matrix
-from dpcausal.methods.owl_features import FeatureMap
+from dpcausal.io.tables import numeric_column, numeric_columns, numeric_matrix
+from dpcausal.methods.owl_features import FeatureMap, random_fourier_projection
 from dpcausal.solvers import erm
 from dpcausal.solvers.erm import HuberHinge, gradient, objective, solve_weighted_erm
 
@@ -44,6 +44,42 @@ def test_linear_transform_block_boundaries(n: int) -> None:
     fmap = FeatureMap(("a", "b"), np.array([-1.0, 0.0]), np.array([2.0, 5.0]), "minmax", True)
     x = rng.normal(0, 3, size=(n, 2))
     assert np.array_equal(fmap.transform(x), _reference_transform(fmap, x))
+
+
+@pytest.mark.parametrize("n", [0, 1, 8191, 8193, 20_000])
+@pytest.mark.parametrize("scaling", ["minmax", "maxabs"])
+@pytest.mark.parametrize("intercept", [True, False])
+def test_transform_columns_equals_transform_of_the_stack(n: int, scaling: str,
+                                                         intercept: bool) -> None:
+    rng = np.random.default_rng(n + 7)
+    lo = np.array([-1.0, 0.0, -4.0])
+    hi = np.array([2.0, 5.0, -1.0])
+    fmap = FeatureMap(("a", "b", "c"), lo, hi, scaling, intercept)
+    cols = [rng.normal(0, 3, size=n) for _ in range(3)]
+    assert np.array_equal(fmap.transform_columns(cols), fmap.transform(np.column_stack(cols)))
+
+
+def test_transform_columns_with_random_features_falls_back() -> None:
+    rng = np.random.default_rng(1)
+    omega, offset = random_fourier_projection(2, 7, 1.0, rng=np.random.default_rng(3))
+    fmap = FeatureMap(("a", "b"), np.zeros(2), np.ones(2), "minmax", True, omega, offset)
+    cols = [rng.uniform(size=50) for _ in range(2)]
+    assert np.array_equal(fmap.transform_columns(cols), fmap.transform(np.column_stack(cols)))
+
+
+def test_numeric_columns_equal_numeric_column() -> None:
+    frame = pd.DataFrame({"f": [1.0, 2.5, 3.0], "i": [1, 2, 3], "s": ["1", "2", "3"],
+                          "inf": [1.0, np.inf, 2.0], "bad": ["1", "x", "3"]})
+    got = numeric_columns(frame, ["f", "i", "s"], None)
+    for arr, col in zip(got, ["f", "i", "s"], strict=True):
+        assert arr.dtype == np.float64
+        np.testing.assert_array_equal(arr, numeric_column(frame, col, None))
+    for bad in ("inf", "bad"):
+        with pytest.raises(DataError) as fast:
+            numeric_columns(frame, ["f", bad], "d.csv")
+        with pytest.raises(DataError) as plain:
+            numeric_column(frame, bad, "d.csv")
+        assert str(fast.value) == str(plain.value)
 
 
 def test_numeric_matrix_equals_column_stack_and_keeps_errors() -> None:

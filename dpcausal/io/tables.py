@@ -127,7 +127,7 @@ def read_table(path: Path | None, columns: list[str], what: str = "data file") -
         raise DataError(f"{info.path}: cannot read the {what}: {_safe_reason(exc)}") from exc
     if table.num_rows == 0:
         raise DataError(f"{info.path}: the {what} has no rows")
-    return table.to_pandas(split_blocks=True)  # no consolidation copy of the columns
+    return table.to_pandas()
 
 
 def numeric_column(frame: pd.DataFrame, column: str, path: Path | None) -> npt.NDArray[np.float64]:
@@ -170,6 +170,23 @@ def numeric_matrix(frame: pd.DataFrame, columns: list[str], path: Path | None
             _check_finite(out[:, j], column, path)
         else:
             out[:, j] = numeric_column(frame, column, path)
+    return out
+
+
+def numeric_columns(frame: pd.DataFrame, columns: list[str], path: Path | None
+                    ) -> list[npt.NDArray[np.float64]]:
+    """``[numeric_column(frame, c, path) for c in columns]``, the same values and errors, but a
+    plain NumPy float64 column is returned without a copy (possibly a read-only view of the
+    frame: do not write into the arrays)."""
+    out = []
+    for column in columns:
+        series = frame[column]
+        if isinstance(series.dtype, np.dtype) and series.dtype == np.float64:
+            arr = series.to_numpy()
+            _check_finite(arr, column, path)
+            out.append(arr)
+        else:
+            out.append(numeric_column(frame, column, path))
     return out
 
 

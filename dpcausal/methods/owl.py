@@ -19,7 +19,7 @@ import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.errors import DataError, MissingBoundsError, SpecError
-from dpcausal.io.tables import numeric_column, numeric_matrix
+from dpcausal.io.tables import numeric_column, numeric_columns, numeric_matrix
 from dpcausal.mechanisms import L2LaplaceMechanism
 from dpcausal.methods.base import MethodDef, Release, SideInput
 from dpcausal.methods.owl_features import FeatureMap, random_fourier_projection
@@ -176,7 +176,7 @@ def prepare(spec: OwlSpec, setup: OwlSetup, frame: pd.DataFrame, path: Path | No
     """Validate and map one table: rows, ±1 labels, shifted outcomes, received-arm propensities."""
     cols = spec.data.columns
     sec = spec.owl
-    x = numeric_matrix(frame, list(cols.covariates), path)
+    x_cols = numeric_columns(frame, list(cols.covariates), path)
     assert cols.outcome is not None
     assert cols.treatment is not None
     b = numeric_column(frame, cols.outcome, path)
@@ -208,7 +208,7 @@ def prepare(spec: OwlSpec, setup: OwlSetup, frame: pd.DataFrame, path: Path | No
         p = np.full(len(y), sec.propensity)
     pi_received = np.where(treated, p, 1.0 - p)
     b_shifted = np.clip(b, setup.lower, setup.upper) - setup.lower + setup.eta
-    return Prepared(setup.fmap.transform(x), y, b_shifted, pi_received)
+    return Prepared(setup.fmap.transform_columns(x_cols), y, b_shifted, pi_received)
 
 
 def fit_nonprivate(setup: OwlSetup, data: Prepared, gamma: float) -> FloatArray:

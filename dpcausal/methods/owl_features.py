@@ -71,6 +71,36 @@ class FeatureMap:
             s = np.hstack([np.ones((s.shape[0], 1)), s])
         return s / math.sqrt(s.shape[1])
 
+    def transform_columns(self, columns: list[FloatArray], block: int = 8192) -> FloatArray:
+        """``transform(np.column_stack(columns))`` (the same values) without building the stacked
+        matrix: each block of rows is gathered into a small buffer and mapped in place."""
+        if self.omega is not None or not columns:
+            return self.transform(np.column_stack(columns))
+        n = len(columns[0])
+        d = self.dim
+        root_d = math.sqrt(d)
+        out = np.empty((n, d))
+        if self.intercept:
+            out[:, 0] = 1.0 / root_d
+        first = int(self.intercept)
+        span = self.upper - self.lower
+        maxabs = np.maximum(np.abs(self.lower), np.abs(self.upper))
+        buf = np.empty((min(block, n), len(columns)))
+        for start in range(0, n, block):
+            stop = min(start + block, n)
+            xb = buf[:stop - start]
+            for j, col in enumerate(columns):
+                xb[:, j] = col[start:stop]
+            part = out[start:stop, first:]
+            np.clip(xb, self.lower, self.upper, out=part)
+            if self.scaling == "minmax":
+                part -= self.lower
+                part /= span
+            else:
+                part /= maxabs
+            part /= root_d
+        return out
+
     def _transform_linear(self, x: FloatArray, block: int = 8192) -> FloatArray:
         """The linear map written block by block of rows into one preallocated array: the same
         arithmetic as ``scale`` → prepend 1 → divide by √d (so the same values), in cache-sized
