@@ -67,6 +67,14 @@ def test_audit_passes_shipped_select_policy(workdir: Path) -> None:
     assert report["black_box"]["epsilon_lower_bound"] <= 1.0
 
 
+def test_audit_select_policy_on_the_sample_file(workdir: Path) -> None:
+    """With --data the neighbours (incl. the anchor pair) are built around the real 3,000 rows."""
+    code, report, err = audit("configs/select_policy.yaml", "--data",
+                              "sample_data/select_policy_obs.csv", "--pairs", "4", "--trials", "0")
+    assert code == 0, err
+    assert report["rows"] == 3000 and report["verdict"] == "pass"
+
+
 def test_select_policy_neighbours_replace_one_row_in_place(workdir: Path) -> None:
     spec = SelectPolicySpec.model_validate(yaml.safe_load(
         (workdir / "configs" / "select_policy.yaml").read_text()))
