@@ -148,6 +148,11 @@ def execute(
     """
     info = tables.inspect_table(spec.data.path)
     tables.check_columns(info, method.data_columns(spec))
+    engine_run = None
+    if spec.engine is not None:  # DESIGN §5: the data passes run on an engine
+        from dpcausal.engine import runner_for
+
+        engine_run = runner_for(method.command)
     side = load_side_inputs(method, spec)
     rng = make_rng(seed)
     plan = method.plan(spec, info.n_rows, side, rng=rng)
@@ -164,13 +169,21 @@ def execute(
 
     out_dir = Path(spec.output.dir)
     check_writable_dir(out_dir)
-    frame = tables.read_table(spec.data.path, method.data_columns(spec))
+    if engine_run is None:
+        frame = tables.read_table(spec.data.path, method.data_columns(spec))
     if test_noise_seed is not None:
         plan = replace(plan, dp_guarantee=False)  # seeded noise can be subtracted: no guarantee
         result.plan = plan
     noise_rng = noise_generator(test_noise_seed)
-    release = method.run(spec, frame, plan, side, rng=rng, noise_rng=noise_rng)
-    del frame
+    if engine_run is None:
+        release = method.run(spec, frame, plan, side, rng=rng, noise_rng=noise_rng)
+        del frame
+    else:
+        from dpcausal.engine import open_engine
+
+        assert spec.engine is not None
+        with open_engine(spec.engine, info, method.data_columns(spec)) as engine:
+            release = engine_run(spec, engine, plan, side, rng=rng, noise_rng=noise_rng)
     files = render_release(release, parquet=info.format == "parquet")
     for name in [*files, "receipt.json"]:
         if (out_dir / name).is_dir():

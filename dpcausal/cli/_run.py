@@ -145,12 +145,16 @@ def run_release_command(
     as_json: bool,
     quiet: bool,
     test_noise_seed: int | None,
+    engine: str | None = None,
+    engine_address: str | None = None,
 ) -> None:
     """Load the spec, apply overrides, execute, print. Exit codes per DESIGN §3."""
 
     def body() -> None:
         spec, sha = load_spec(spec_path, method.spec_model)
         spec = spec.with_overrides(data=data, out=out, ledger=ledger)
+        if engine is not None or engine_address is not None:
+            spec = spec.with_overrides(engine=engine, engine_address=engine_address)
         if test_noise_seed is not None:
             stderr_console().print(
                 "warning: --test-noise-seed makes the noise reproducible; this run has NO "

@@ -36,3 +36,14 @@ TestNoiseSeedOpt = Annotated[
         help="TESTS ONLY: reproducible noise; the receipt then says dp_guarantee: false.",
     ),
 ]
+EngineOpt = Annotated[
+    str | None,
+    typer.Option("--engine", help="Run the data passes on 'local' (streamed batches) or 'dask'; "
+                 "overrides engine.kind. Without it (and without an engine section) the table is "
+                 "read into memory."),
+]
+EngineAddressOpt = Annotated[
+    str | None,
+    typer.Option("--engine-address",
+                 help="Dask scheduler address (tcp://host:8786); implies --engine dask."),
+]

@@ -35,6 +35,8 @@ def owl(
     quiet: o.QuietOpt = False,
     apply: ApplyOpt = None,
     test_noise_seed: o.TestNoiseSeedOpt = None,
+    engine: o.EngineOpt = None,
+    engine_address: o.EngineAddressOpt = None,
 ) -> None:
     """Release a DP treatment rule (DP-wERM, output perturbation), or --apply a saved one."""
     if apply is not None:
@@ -45,7 +47,8 @@ def owl(
         return
     run_release_command(owl_method.METHOD, spec_path=spec, data=data, out=out, ledger=ledger,
                         seed=seed, dry_run=dry_run, as_json=as_json, quiet=quiet,
-                        test_noise_seed=test_noise_seed)
+                        test_noise_seed=test_noise_seed, engine=engine,
+                        engine_address=engine_address)
 
 
 def _missing_spec() -> None:

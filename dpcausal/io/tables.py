@@ -68,17 +68,39 @@ def _require_file(path: Path | None, what: str) -> Path:
     if not p.exists():
         raise DataError(f"{p}: {what} not found; check the path (relative paths are from the "
                         "current directory)")
-    if not p.is_file():
+    if p.is_dir():
+        parquet_files(p, what)
+    elif not p.is_file():
         raise DataError(f"{p}: {what} is not a file")
     return p
+
+
+def parquet_files(path: Path, what: str = "data file") -> list[Path]:
+    """The Parquet files of a partitioned dataset directory, in file order (sorted by relative
+    path; hidden and ``_``-prefixed files such as ``_SUCCESS`` or ``_metadata`` are skipped).
+    A plain file is returned as a one-element list."""
+    p = Path(path)
+    if not p.is_dir():
+        return [p]
+    files = sorted(
+        (f for f in p.rglob("*") if f.is_file() and f.name.lower().endswith((".parquet", ".pq"))
+         and not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)),
+        key=lambda f: f.relative_to(p).as_posix(),
+    )
+    if not files:
+        raise DataError(f"{p}: the {what} is a directory with no .parquet files; point data.path "
+                        "at a CSV/Parquet file or a directory of Parquet files")
+    return files
 
 
 def inspect_table(path: Path | None, what: str = "data file") -> TableInfo:
     """Return the schema and row count of ``path`` without reading values into any computation."""
     p = _require_file(path, what)
-    fmt = table_format(p)
+    fmt = "parquet" if p.is_dir() else table_format(p)
     try:
-        if fmt == "parquet":
+        if p.is_dir():
+            columns, n_rows = _inspect_parquet_dir(p, what)
+        elif fmt == "parquet":
             meta = pq.ParquetFile(p)
             columns = tuple(meta.schema_arrow.names)
             n_rows = meta.metadata.num_rows
@@ -100,6 +122,24 @@ def inspect_table(path: Path | None, what: str = "data file") -> TableInfo:
     return TableInfo(p, fmt, columns, int(n_rows))
 
 
+def _inspect_parquet_dir(path: Path, what: str) -> tuple[tuple[str, ...], int]:
+    """Columns and total row count of a directory of Parquet files, from metadata alone; every
+    file must have the same column names."""
+    columns: tuple[str, ...] | None = None
+    n_rows = 0
+    for f in parquet_files(path, what):
+        meta = pq.ParquetFile(f)
+        names = tuple(meta.schema_arrow.names)
+        if columns is None:
+            columns = names
+        elif set(names) != set(columns):
+            raise DataError(f"{f}: its columns differ from the other files of {path}; every "
+                            "file of a partitioned dataset must have the same columns")
+        n_rows += meta.metadata.num_rows
+    assert columns is not None
+    return columns, n_rows
+
+
 def check_columns(info: TableInfo, columns: list[str], role: str = "") -> None:
     """Refuse when any of ``columns`` is missing from the file."""
     missing = [c for c in columns if c not in info.columns]
@@ -117,7 +157,11 @@ def read_table(path: Path | None, columns: list[str], what: str = "data file") -
     check_columns(info, columns)
     cols = list(dict.fromkeys(columns))
     try:
-        if info.format == "parquet":
+        if info.path.is_dir():
+            table = pa.concat_tables(
+                [pq.read_table(f, columns=cols) for f in parquet_files(info.path, what)]
+            )
+        elif info.format == "parquet":
             table = pq.read_table(info.path, columns=cols)
         else:
             table = pacsv.read_csv(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -113,6 +113,24 @@ class OutputSpec(StrictModel):
     dir: Path = Path("dpcausal-out")
 
 
+class EngineSpec(StrictModel):
+    """Where the data passes run (DESIGN §5). Without an ``engine`` section the table is read into
+    memory as before; ``local`` streams it in batches on this machine, ``dask`` runs each pass
+    on a Dask cluster. The noise is drawn once, on the client, in every case."""
+
+    kind: Literal["local", "dask"] = "local"
+    address: str | None = Field(default=None, min_length=1)
+    """Dask scheduler address (``tcp://host:8786``); none starts an in-process LocalCluster."""
+    batch_rows: Annotated[int, Field(ge=1_000)] = 262_144
+    """Rows per streamed batch (local) or per partition (dask)."""
+
+    @model_validator(mode="after")
+    def _address_needs_dask(self) -> EngineSpec:
+        if self.address is not None and self.kind != "dask":
+            raise ValueError("engine.address is only used with engine.kind: dask")
+        return self
+
+
 class CommonSpec(StrictModel):
     """Fields every command's spec has; a command adds a section named after itself."""
 
@@ -121,12 +139,24 @@ class CommonSpec(StrictModel):
     privacy: PrivacySpec
     ledger: LedgerSpec | None = None
     output: OutputSpec = Field(default_factory=OutputSpec)
+    engine: EngineSpec | None = None
 
     def with_overrides(
-        self, *, data: Path | None = None, out: Path | None = None, ledger: Path | None = None
+        self, *, data: Path | None = None, out: Path | None = None, ledger: Path | None = None,
+        engine: str | None = None, engine_address: str | None = None,
     ) -> Any:
-        """Return a copy with the CLI's --data / --out / --ledger applied."""
+        """Return a copy with the CLI's --data / --out / --ledger / --engine(-address) applied."""
         update: dict[str, Any] = {}
+        if engine is not None or engine_address is not None:
+            base = self.engine or EngineSpec()
+            kind = engine if engine is not None else ("dask" if engine_address else base.kind)
+            if kind not in ("local", "dask"):
+                raise SpecError(f"--engine: unknown engine {kind!r}; use local or dask")
+            if engine_address is not None and kind != "dask":
+                raise SpecError("--engine-address is only used with --engine dask")
+            addr = engine_address if engine_address is not None else (
+                base.address if kind == "dask" else None)
+            update["engine"] = EngineSpec(kind=kind, address=addr, batch_rows=base.batch_rows)
         if data is not None:
             update["data"] = self.data.model_copy(update={"path": data})
         if out is not None:

@@ -1,0 +1,51 @@
+"""Engines for the data passes (DESIGN §5): ``local`` streams the table in batches on this machine;
+``dask`` runs each pass on a Dask cluster. A method's engine path writes every pass as a sum of
+per-batch statistics computed from clipped rows; the sums are combined on the client, where the
+single noise draw happens (central DP, trusted curator: no noise on workers)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from dpcausal.engine.base import Engine, EngineError
+from dpcausal.errors import SpecError
+from dpcausal.io.tables import TableInfo
+from dpcausal.spec.base import EngineSpec
+
+ENGINE_COMMANDS = ("owl",)
+"""Commands with an engine path; the others run in memory only."""
+
+
+def runner_for(command: str) -> Callable[..., Any]:
+    """The engine-path ``run`` of ``command``; SpecError when it has none."""
+    if command == "owl":
+        from dpcausal.engine import owl
+
+        return owl.run
+    raise SpecError(
+        f"engine: '{command}' has no engine path yet (only {', '.join(ENGINE_COMMANDS)}); remove "
+        "the spec's engine section and --engine to run it in memory"
+    )
+
+
+@contextmanager
+def open_engine(spec: EngineSpec, info: TableInfo, columns: Sequence[str]) -> Iterator[Engine]:
+    """Start the engine ``spec`` names over ``info``'s table; close it afterwards."""
+    engine: Any
+    if spec.kind == "dask":
+        from dpcausal.engine.dask import DaskEngine
+
+        engine = DaskEngine(info, columns, spec.batch_rows, spec.address)
+    else:
+        from dpcausal.engine.local import LocalEngine
+
+        engine = LocalEngine(info, columns, spec.batch_rows)
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+__all__ = ["Engine", "EngineError", "open_engine", "runner_for"]
