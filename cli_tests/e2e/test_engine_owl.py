@@ -92,6 +92,8 @@ def test_engines_give_the_same_release_whatever_the_partitioning(
         "local, 1 file": _theta(_spec(tmp_path, parts_a, **owl), "--engine", "local"),
         "local, 4 files": _theta(_spec(tmp_path, parts_b, engine={"kind": "local",
                                                                     "batch_rows": 1000}, **owl)),
+        "local, no cache": _theta(_spec(tmp_path, parts_b, engine={
+            "kind": "local", "batch_rows": 1000, "cache_mb": 0}, **owl)),
         "dask, 1 partition": _theta(_spec(tmp_path, parts_a, **owl),
                                     "--engine-address", cluster.scheduler_address),
         "dask, 8 partitions": _theta(

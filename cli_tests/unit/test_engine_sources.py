@@ -114,3 +114,25 @@ def test_commands_without_an_engine_path_are_refused() -> None:
     assert callable(runner_for("owl"))
     with pytest.raises(SpecError, match="no engine path"):
         runner_for("cate")
+
+
+@pytest.mark.parametrize("cache_batches", [0, 2, 100])
+def test_local_engine_cache_gives_the_same_passes(tmp_path: Path, cache_batches: int) -> None:
+    """Cached, partly cached and streamed batches: every pass sees every row once, in order."""
+    path = _parts(tmp_path / "d", [2600, 3100], row_group=1000)
+    engine = LocalEngine(tables.inspect_table(path), ["i"], batch_rows=1000)
+    engine.cache_bytes = cache_batches * 1000 * 8
+    reads: list[int] = []
+
+    def prepare(frame: pd.DataFrame, start: int) -> np.ndarray:
+        reads.append(start)
+        return frame["i"].to_numpy(dtype=np.int64)
+
+    engine.load(prepare)
+    for _ in range(3):
+        parts = engine.map_list(lambda part, start: (start, part))
+        assert np.array_equal(np.concatenate([p for _, p in parts]), np.arange(5700))
+        assert all(p[0] == s for s, p in parts)
+    n_batches = len(parts)
+    cached = min(cache_batches, n_batches)
+    assert len(reads) == n_batches + 2 * (n_batches - cached)

@@ -41,7 +41,7 @@ def open_engine(spec: EngineSpec, info: TableInfo, columns: Sequence[str]) -> It
     else:
         from dpcausal.engine.local import LocalEngine
 
-        engine = LocalEngine(info, columns, spec.batch_rows)
+        engine = LocalEngine(info, columns, spec.batch_rows, cache_mb=spec.cache_mb)
     try:
         yield engine
     finally:

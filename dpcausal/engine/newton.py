@@ -40,29 +40,46 @@ def _dloss(z: FloatArray, h: float) -> FloatArray:
     return -np.clip(((1.0 + h) - z) / (2.0 * h), 0.0, 1.0)
 
 
-def grad_hess(part: Part, start: int, *, theta: FloatArray, h: float
-              ) -> tuple[FloatArray, FloatArray]:
-    """Σ_batch w ℓ'(y vᵀθ) y v and Σ_{|1−y vᵀθ| ≤ h} w v vᵀ/(2h)."""
-    v, y, w = part
-    z = y * (v @ theta)
+def _grad_hess(v: FloatArray, y: FloatArray, w: FloatArray, z: FloatArray, h: float
+               ) -> tuple[FloatArray, FloatArray]:
     grad = v.T @ (w * _dloss(z, h) * y)
     active = np.abs(1.0 - z) <= h
     va = v[active]
     return grad, va.T @ (va * (w[active] * (0.5 / h))[:, None])
 
 
-def line_derivative(part: Part, start: int, *, theta: FloatArray, step: FloatArray, h: float
-                    ) -> FloatArray:
-    """−Σ_batch w ℓ'(z − t u) u on ``T_GRID``, with z = y vᵀθ and u = y vᵀstep."""
-    v, y, w = part
-    z = y * (v @ theta)
-    u = y * (v @ step)
+def _line(w: FloatArray, z: FloatArray, u: FloatArray, h: float) -> FloatArray:
     out = np.zeros(T_GRID.size)
     for lo in range(0, z.size, BLOCK):
         zb, ub = z[lo:lo + BLOCK], u[lo:lo + BLOCK]
         zt = zb[:, None] - ub[:, None] * T_GRID[None, :]
         out -= (w[lo:lo + BLOCK] * ub) @ _dloss(zt, h)
     return out
+
+
+def grad_hess(part: Part, start: int, *, theta: FloatArray, h: float
+              ) -> tuple[FloatArray, FloatArray]:
+    """Σ_batch w ℓ'(y vᵀθ) y v and Σ_{|1−y vᵀθ| ≤ h} w v vᵀ/(2h)."""
+    v, y, w = part
+    return _grad_hess(v, y, w, y * (v @ theta), h)
+
+
+def line_derivative(part: Part, start: int, *, theta: FloatArray, step: FloatArray, h: float
+                    ) -> FloatArray:
+    """−Σ_batch w ℓ'(z − t u) u on ``T_GRID``, with z = y vᵀθ and u = y vᵀstep."""
+    v, y, w = part
+    return _line(w, y * (v @ theta), y * (v @ step), h)
+
+
+def step_pass(part: Part, start: int, *, theta: FloatArray, step: FloatArray, h: float
+              ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """One pass for one Newton step: the line derivative along θ − t·step (as
+    :func:`line_derivative`) and the gradient and Hessian at the full step θ − step (as
+    :func:`grad_hess`, margins computed from scratch), used when the full step is accepted."""
+    v, y, w = part
+    line = line_derivative(part, start, theta=theta, step=step, h=h)
+    grad, hess = _grad_hess(v, y, w, y * (v @ (theta - step)), h)
+    return grad, hess, line
 
 
 def stride_rows(part: Part, start: int, *, k: int) -> Part:
@@ -104,11 +121,13 @@ def warm_start(engine: Engine, *, d: int, gamma: float, loss: HuberHinge,
 
 def newton(engine: Engine, theta: FloatArray, *, gamma: float, h: float, grad_tol: float,
            max_newton: int) -> tuple[FloatArray, float, int]:
-    """Newton with a grid-interpolated line search from ``theta``; (θ, ‖∇G(θ)‖, iterations)."""
+    """Newton with a grid-interpolated line search from ``theta``; (θ, ‖∇G(θ)‖, iterations).
+
+    One pass per iteration when the full step is taken (its gradient and Hessian come with the
+    line search), two otherwise."""
     d = theta.size
-    gnorm = float("inf")
+    g_data, h_data = engine.map_sum(functools.partial(grad_hess, theta=theta, h=h))
     for it in range(max_newton + 1):
-        g_data, h_data = engine.map_sum(functools.partial(grad_hess, theta=theta, h=h))
         grad = g_data + gamma * theta
         gnorm = float(np.linalg.norm(grad))
         if gnorm <= grad_tol or it == max_newton:
@@ -118,13 +137,18 @@ def newton(engine: Engine, theta: FloatArray, *, gamma: float, h: float, grad_to
         d0 = -float(grad @ step)
         if not d0 < 0.0:
             return theta, gnorm, it
-        vals = engine.map_sum(functools.partial(line_derivative, theta=theta, step=step, h=h))
+        g_full, h_full, vals = engine.map_sum(
+            functools.partial(step_pass, theta=theta, step=step, h=h))
         vals = vals - gamma * (float(theta @ step) - T_GRID * float(step @ step))
         t = _step_length(d0, vals)
+        if t == 1.0:
+            theta, g_data, h_data = theta - step, g_full, h_full
+            continue
         if t * float(np.linalg.norm(step)) <= 1e-15 * (1.0 + float(np.linalg.norm(theta))):
             return theta, gnorm, it
         theta = theta - t * step
-    return theta, gnorm, max_newton
+        g_data, h_data = engine.map_sum(functools.partial(grad_hess, theta=theta, h=h))
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def solve_erm_engine(engine: Engine, *, d: int, gamma: float, loss: HuberHinge, grad_tol: float,

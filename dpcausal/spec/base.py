@@ -123,6 +123,9 @@ class EngineSpec(StrictModel):
     """Dask scheduler address (``tcp://host:8786``); none starts an in-process LocalCluster."""
     batch_rows: Annotated[int, Field(ge=1_000)] = 262_144
     """Rows per streamed batch (local) or per partition (dask)."""
+    cache_mb: Annotated[int, Field(ge=0)] = 2_048
+    """Local engine: keep mapped batches in memory up to this many MB; the rest is re-read on
+    every pass (0: pure streaming)."""
 
     @model_validator(mode="after")
     def _address_needs_dask(self) -> EngineSpec:
@@ -156,7 +159,7 @@ class CommonSpec(StrictModel):
                 raise SpecError("--engine-address is only used with --engine dask")
             addr = engine_address if engine_address is not None else (
                 base.address if kind == "dask" else None)
-            update["engine"] = EngineSpec(kind=kind, address=addr, batch_rows=base.batch_rows)
+            update["engine"] = base.model_copy(update={"kind": kind, "address": addr})
         if data is not None:
             update["data"] = self.data.model_copy(update={"path": data})
         if out is not None:
