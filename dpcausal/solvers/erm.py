@@ -286,6 +286,6 @@ def solve_weighted_erm(
     if gnorm <= grad_tol:
         return ERMSolution(theta, gnorm, iterations)
     raise SolverError(
-        f"the weighted ERM solve stopped at gradient norm {gnorm:.3g} > tolerance {grad_tol:.3g}, "
+        f"the weighted ERM solve did not reach its stated gradient tolerance {grad_tol:.3g}, "
         "so its sensitivity bound would not hold; try a larger gamma, or report this as a bug"
     )
