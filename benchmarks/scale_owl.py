@@ -45,8 +45,8 @@ def make_data(root: Path, rows: int, p: int, seed: int = 20260101) -> None:
         del x, cols
 
 
-def write_spec(path: Path, data: Path, p: int, out: Path) -> Path:
-    doc = {
+def write_spec(path: Path, data: Path, p: int, out: Path, engine: str) -> Path:
+    doc: dict[str, object] = {
         "data": {"path": str(data), "columns": {"outcome": "B", "treatment": "A",
                                                "covariates": [f"x{j + 1}" for j in range(p)]}},
         "bounds": {"outcome": [-6.0, 6.0], "covariates": [0.0, 1.0]},
@@ -54,6 +54,8 @@ def write_spec(path: Path, data: Path, p: int, out: Path) -> Path:
         "output": {"dir": str(out)},
         "owl": {"treated": 1, "propensity": 0.5, "gamma": 1000.0},
     }
+    if engine == "local-stream":  # no cache: every pass re-reads the Parquet row groups
+        doc["engine"] = {"kind": "local", "cache_mb": 0}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
@@ -88,7 +90,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--covariates", type=int, default=20)
     ap.add_argument("--engines", nargs="+", default=["local", "dask"],
-                    choices=["memory", "local", "dask"])
+                    choices=["memory", "local", "local-stream", "dask", "dask-procs"])
     args = ap.parse_args()
     root = DATA_DIR / f"scale_owl_{args.rows}x{args.covariates}"
     if not root.exists():
@@ -99,9 +101,16 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     results = {}
     for engine in args.engines:
-        spec = write_spec(work / f"{engine}.yaml", root, args.covariates, work / engine)
-        extra = [] if engine == "memory" else ["--engine", engine]
-        res = run(spec, extra)
+        spec = write_spec(work / f"{engine}.yaml", root, args.covariates, work / engine, engine)
+        if engine == "dask-procs":  # a 2-process tcp LocalCluster; peak RSS is the client's only
+            from distributed import LocalCluster
+
+            with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                              dashboard_address=":0") as lc:
+                res = run(spec, ["--engine-address", lc.scheduler_address])
+        else:
+            extra = {"memory": [], "local-stream": []}.get(engine, ["--engine", engine])
+            res = run(spec, extra)
         res["rows_per_second"] = args.rows / float(res["seconds"])  # type: ignore[arg-type]
         results[engine] = res
         print(f"{engine}: {res['seconds']:.1f} s, {res['rows_per_second']:,.0f} rows/s, "
