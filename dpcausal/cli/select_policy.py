@@ -17,6 +17,8 @@ def select_policy(
     as_json: o.JsonOpt = False,
     quiet: o.QuietOpt = False,
     test_noise_seed: o.TestNoiseSeedOpt = None,
+    engine: o.EngineOpt = None,
+    engine_address: o.EngineAddressOpt = None,
 ) -> None:
     """Release one policy from a public library by the exponential mechanism (pure ε-DP).
 
@@ -25,4 +27,5 @@ def select_policy(
     """
     run_release_command(method.METHOD, spec_path=spec, data=data, out=out, ledger=ledger,
                         seed=seed, dry_run=dry_run, as_json=as_json, quiet=quiet,
-                        test_noise_seed=test_noise_seed)
+                        test_noise_seed=test_noise_seed, engine=engine,
+                        engine_address=engine_address)

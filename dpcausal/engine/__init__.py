@@ -14,7 +14,7 @@ from dpcausal.errors import SpecError
 from dpcausal.io.tables import TableInfo
 from dpcausal.spec.base import EngineSpec
 
-ENGINE_COMMANDS = ("owl",)
+ENGINE_COMMANDS = ("owl", "select-policy")
 """Commands with an engine path; the others run in memory only."""
 
 
@@ -24,6 +24,10 @@ def runner_for(command: str) -> Callable[..., Any]:
         from dpcausal.engine import owl
 
         return owl.run
+    if command == "select-policy":
+        from dpcausal.engine import select_policy
+
+        return select_policy.run
     raise SpecError(
         f"engine: '{command}' has no engine path yet (only {', '.join(ENGINE_COMMANDS)}); remove "
         "the spec's engine section and --engine to run it in memory"

@@ -1,0 +1,155 @@
+"""``select-policy`` on an engine: the same release as :func:`dpcausal.methods.select_policy.run`,
+with the utilities U(π) summed partition by partition.
+
+Every row is validated and clipped (Y to the public outcome bounds, fixed scores to [−B, B];
+covariates are clipped by the learners' feature map) before it enters a sum. Regime ``learned``:
+the public split is :func:`~dpcausal.methods.select_policy.split_indices` of the global row index
+(file order), so it does not depend on the partitioning; the nuisance rows are gathered on the
+client in row order and the certified learners are fit there exactly as in memory; each scoring
+partition then returns its vector of per-policy DR score sums. The exponential mechanism (and the
+optional Laplace value release) draws its noise once, on the client.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.engine.base import Engine
+from dpcausal.errors import DataError, SpecError
+from dpcausal.io.tables import numeric_column
+from dpcausal.learners import CertifiedLogistic, CertifiedRidge
+from dpcausal.methods.base import Release
+from dpcausal.methods.select_policy import (
+    Setup,
+    _covariates,
+    build_setup,
+    choice_mechanism,
+    selection_document,
+    split_indices,
+    treated_indicator,
+    value_mechanism,
+)
+from dpcausal.methods.select_policy_scores import (
+    Nuisance,
+    fit_nuisance,
+    frozen_nuisance,
+    learned_utilities,
+    utilities_from_gammas,
+)
+from dpcausal.spec.select_policy import SelectPolicySpec
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def prepare_batch(spec: SelectPolicySpec, setup: Setup, frame: pd.DataFrame,
+                  start: int) -> tuple[FloatArray, Any, FloatArray]:
+    """(x, treated, clipped y) — or (x, q0, q1) clipped fixed scores — of one batch."""
+    path = spec.data.path
+    sec = spec.select_policy
+    frame = frame.reset_index(drop=True)
+    try:
+        names = _covariates(spec)
+        x = np.empty((len(frame), len(names)), order="F")
+        for j, c in enumerate(names):
+            x[:, j] = numeric_column(frame, c, path)
+        if setup.regime == "fixed":
+            fs = sec.fixed_scores
+            assert fs is not None
+            q1 = np.clip(numeric_column(frame, fs.treated, path), -fs.bound, fs.bound)
+            q0 = np.clip(numeric_column(frame, fs.control, path), -fs.bound, fs.bound)
+            return x, q0, q1
+        assert spec.data.columns.outcome is not None
+        assert setup.y_bounds is not None
+        y = np.clip(numeric_column(frame, spec.data.columns.outcome, path), *setup.y_bounds)
+        return x, treated_indicator(spec, frame), y
+    except DataError as exc:
+        raise DataError(f"{exc} (row numbers count within the batch that starts at data row "
+                        f"{start + 1})") from None
+
+
+def _rows(part: Any, start: int, mask: npt.NDArray[np.bool_] | None, keep: bool) -> Any:
+    """The batch's rows whose global index is (``keep``) or is not in ``mask``."""
+    if mask is None:
+        return part
+    sel = mask[start:start + part[0].shape[0]]
+    if not keep:
+        sel = ~sel
+    return tuple(a[sel] for a in part)
+
+
+def gather_rows(part: Any, start: int, *, mask: npt.NDArray[np.bool_]) -> Any:
+    """The nuisance-block rows of a batch (a public function of the global row index)."""
+    return _rows(part, start, mask, True)
+
+
+def utility_sums(part: Any, start: int, *, setup: Setup, nuis: Nuisance | None,
+                 mask: npt.NDArray[np.bool_] | None, chunk_rows: int) -> FloatArray:
+    """Σ over the batch's scoring rows of ψ_π, for every policy π of the library."""
+    x, a, b = _rows(part, start, mask, False)
+    if x.shape[0] == 0:
+        return np.zeros(setup.library.size)
+    if nuis is None:
+        return utilities_from_gammas(setup.library, x, a, b, chunk_rows=chunk_rows)
+    return learned_utilities(setup.library, nuis, x, a, b, chunk_rows=chunk_rows)
+
+
+def compute_utilities(spec: SelectPolicySpec, setup: Setup, engine: Engine,
+                      side: dict[str, Any]) -> FloatArray:
+    """U(π) for every policy over the engine's partitions (private: only fed to the mechanism)."""
+    sec = spec.select_policy
+    engine.load(functools.partial(prepare_batch, spec, setup))
+    nuis: Nuisance | None = None
+    mask = None
+    if setup.regime == "frozen":
+        assert setup.fmap is not None
+        assert setup.mu_bounds is not None
+        nuis = frozen_nuisance(side["frozen_model"], setup.fmap, mu_bounds=setup.mu_bounds,
+                               zeta=sec.zeta, path=sec.frozen_model)
+    elif setup.regime == "learned":
+        assert setup.fmap is not None
+        assert setup.y_bounds is not None
+        assert setup.mu_bounds is not None
+        tr, _ = split_indices(spec, setup.n_total, setup.m)
+        mask = np.zeros(setup.n_total, dtype=bool)
+        mask[tr] = True
+        parts = engine.map_list(functools.partial(gather_rows, mask=mask))
+        x, treated, y = (np.concatenate([p[i] for p in parts]) for i in range(3))
+        del parts
+        ridge = CertifiedRidge(sec.lambda_mu, setup.y_bounds, setup.mu_bounds, sec.solver_tol)
+        logistic = CertifiedLogistic(sec.lambda_e, sec.zeta, sec.solver_tol)
+        nuis = fit_nuisance(setup.fmap, ridge, logistic, x, treated, y)
+        del x, treated, y
+    return engine.map_sum(functools.partial(utility_sums, setup=setup, nuis=nuis, mask=mask,
+                                            chunk_rows=sec.chunk_rows))
+
+
+def run(spec: SelectPolicySpec, engine: Engine, plan: PrivacyPlan, side: dict[str, Any], *,
+        rng: np.random.Generator, noise_rng: np.random.Generator) -> Release:
+    """As ``select_policy.run``, with the utilities computed on the engine."""
+    sec = spec.select_policy
+    setup = build_setup(spec, engine.n_rows, side)
+    if setup.library.sha256 != plan.details["library_sha256"]:
+        raise SpecError("the policy library changed between the plan and the run; rerun")
+    utilities = compute_utilities(spec, setup, engine, side)
+    k = choice_mechanism(setup, spec.privacy.epsilon).release(utilities, rng=noise_rng)
+    value_doc = None
+    if sec.value_release is not None:
+        mech = value_mechanism(setup, sec.value_release.epsilon)
+        noisy = float(mech.release(np.array([utilities[k] / setup.n]), rng=noise_rng)[0])
+        value_doc = {"value": noisy, "epsilon": mech.epsilon, "sensitivity": mech.l1_sensitivity,
+                     "laplace_scale": mech.scale,
+                     "estimand": "DR (AIPW) mean over the scoring block, V = U/n"}
+    del utilities
+    doc = selection_document(spec, setup, k, plan, value_doc)
+    summary: dict[str, Any] = {"selected_policy": doc["selected"]["name"],
+                               "library_size": setup.library.size, "delta": setup.delta,
+                               "engine": engine.description, "data_passes": engine.passes}
+    if value_doc is not None:
+        summary["released_value"] = value_doc["value"]
+    return Release(documents={"selection.json": doc}, summary=summary)
