@@ -60,7 +60,8 @@ def write_spec(path: Path, data: Path, p: int, out: Path, engine: str) -> Path:
     return path
 
 
-def run(spec: Path, extra: list[str]) -> dict[str, object]:
+def run(spec: Path, extra: list[str], command: str = "owl",
+        document: str = "rule.json") -> dict[str, object]:
     """One CLI run in a child process; wall time and the child's peak RSS."""
     code = (
         "import resource, sys, time\n"
@@ -73,16 +74,16 @@ def run(spec: Path, extra: list[str]) -> dict[str, object]:
         "                 f'{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n')\n"
         "sys.exit(rc)\n"
     )
-    cmd = [sys.executable, "-c", code, "owl", "--spec", str(spec), "--json",
+    cmd = [sys.executable, "-c", code, command, "--spec", str(spec), "--json",
            "--test-noise-seed", "1", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"run failed ({proc.returncode}): {proc.stderr[-2000:]}")
     line = [x for x in proc.stderr.splitlines() if x.startswith("BENCH ")][-1].split()
     out = json.loads(proc.stdout)
-    rule = json.loads((Path(out["output_paths"][0]).parent / "rule.json").read_text())
+    doc = json.loads((Path(out["output_paths"][0]).parent / document).read_text())
     return {"seconds": float(line[1]), "peak_rss_mb": int(line[2]) / 1024.0,
-            "summary": out["summary"], "theta": rule["theta"]}
+            "summary": out["summary"], "theta": doc.get("theta")}
 
 
 def main() -> None:
