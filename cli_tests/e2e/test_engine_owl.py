@@ -202,3 +202,34 @@ def test_bad_engine_options_are_exit_2(tmp_path: Path, args: list[str], needle: 
     res = invoke(["owl", "--spec", _spec(tmp_path, csv), *args])
     assert res.exit_code == 2, res.stdout + res.stderr
     assert needle in res.stderr
+
+
+@pytest.mark.slow
+def test_a_worker_process_that_dies_mid_run_is_replaced_and_the_release_is_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real worker death (os._exit in a worker process during a line-search pass): the scheduler
+    recomputes the lost partitions on the surviving worker and the release equals the in-memory
+    one."""
+    import os
+
+    import dpcausal.engine.newton as newton
+
+    parts = _write_parts(_frame(), tmp_path / "p", n_files=2, row_group=500)
+    reference = _theta(_spec(tmp_path, parts))
+    marker = tmp_path / "died"
+    real = newton.step_pass
+
+    def dies_once(part: Any, start: int, **kw: Any) -> Any:  # pickled by value to the worker
+        if start > 0 and not marker.exists():
+            marker.write_text("x")
+            os._exit(1)
+        return real(part, start, **kw)
+
+    monkeypatch.setattr(newton, "step_pass", dies_once)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as lc:
+        theta = _theta(_spec(tmp_path, parts, engine={"kind": "dask", "batch_rows": 1000,
+                                                      "address": lc.scheduler_address}))
+    assert marker.exists()
+    np.testing.assert_allclose(theta, reference, rtol=0, atol=1e-9)

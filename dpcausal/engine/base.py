@@ -46,10 +46,11 @@ def plan_pieces(info: TableInfo, target_rows: int) -> list[Piece]:
     Parquet: consecutive row groups of one file are grouped until ``target_rows`` is reached, in
     file order. CSV: one piece (it is streamed in batches by the local engine)."""
     if info.format != "parquet":
-        return [Piece(info.path, 0, info.n_rows, None)]
+        return [Piece(info.path.resolve(), 0, info.n_rows, None)]
     pieces: list[Piece] = []
     start = 0
     for f in parquet_files(info.path):
+        f = f.resolve()  # workers of a remote cluster do not share our working directory
         meta = pq.ParquetFile(f).metadata
         group: list[int] = []
         rows = 0
