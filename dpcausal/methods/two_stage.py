@@ -107,6 +107,11 @@ def compute_weights(spec: TwoStageSpec, setup: TwoStageSetup, data: Prepared) ->
     """Stage 1 (never released). Returns w ∈ nΔⁿ."""
     sec = spec.two_stage
     n = len(data.t)
+    # Stage-1 accuracy matters only if the bound in use is method-specific: when it is clipped to
+    # the universal caps (valid for ANY weights in nΔⁿ) the certificate is skipped, so no
+    # data-dependent refusal can occur there (review finding: refusal side channel).
+    certify = (sec.sensitivity == "method"
+               and stability_bounds(spec, setup, n).method_specific(sec.calibration))
     if sec.weights == "uniform":
         w = wts.uniform_weights(n)
     elif sec.weights == "ipw-rct":
@@ -120,13 +125,12 @@ def compute_weights(spec: TwoStageSpec, setup: TwoStageSetup, data: Prepared) ->
         cfg = sec.ipw_logit or IpwLogitSection()
         feats = np.hstack([np.ones((n, 1)), data.scaled])
         w = wts.ipw_logit_weights(data.a, feats, radius=cfg.radius, ridge=cfg.ridge,
-                                  certify=sec.sensitivity == "method")
+                                  certify=certify)
     elif sec.weights == "ebw":
         ebw = sec.ebw or EbwSection()
         g, m_g = _moments(data.scaled, ebw.moments)
         w = wts.ebw_weights(data.a, g, kappa=ebw.min_arm_fraction, m_g=m_g, radius=ebw.radius,
-                            ridge=ebw.ridge, arm_totals=ebw.arm_totals,
-                            certify=sec.sensitivity == "method")
+                            ridge=ebw.ridge, arm_totals=ebw.arm_totals, certify=certify)
     else:
         assert sec.mmd is not None
         w = wts.mmd_weights(data.a, data.scaled, bandwidth=sec.mmd.bandwidth, alpha=sec.mmd.alpha,
@@ -150,9 +154,11 @@ def stability_bounds(spec: TwoStageSpec, setup: TwoStageSetup, n: int) -> Stabil
                 "sample (the equal-totals rescaling n/(2n_a) has no bound for tiny arms); set "
                 "two_stage.ebw.arm_totals: sample, or sensitivity: universal"
             )
-        m_g = math.sqrt(1.0 + ebw.moments * len(setup.fmap.names))  # ‖g‖ with every |s_j| ≤ 1
+        k = 1 + ebw.moments * len(setup.fmap.names)
+        m_g = math.sqrt(k)  # ‖g‖ with every |s_j| ≤ 1
         return ebw_bounds(n, m_g=m_g, kappa=ebw.min_arm_fraction, radius=ebw.radius,
-                          ridge=ebw.ridge, lambda_slack=wts.LOGIT_LAMBDA_SLACK)
+                          ridge=ebw.ridge,
+                          lambda_slack=wts.certificate_slack(n, 2 * k, ebw.radius, ebw.ridge))
     if sec.weights not in CERTIFIED_METHODS:
         raise UncertifiedModeError(
             f"two_stage.sensitivity: 'method' has no proven stability bound for weights: "
@@ -166,9 +172,10 @@ def stability_bounds(spec: TwoStageSpec, setup: TwoStageSetup, n: int) -> Stabil
         return ipw_rct_bounds(n, sec.ipw_rct.p_treated)
     if sec.weights == "ipw-logit":
         cfg = sec.ipw_logit or IpwLogitSection()
-        m_w = math.sqrt(1.0 + len(setup.fmap.names))  # ‖(1, s)‖ with every |s_j| ≤ 1
+        k = 1 + len(setup.fmap.names)
+        m_w = math.sqrt(k)  # ‖(1, s)‖ with every |s_j| ≤ 1
         return ipw_logit_bounds(n, m_w=m_w, radius=cfg.radius, ridge=cfg.ridge,
-                                lambda_slack=wts.LOGIT_LAMBDA_SLACK)
+                                lambda_slack=wts.certificate_slack(n, k, cfg.radius, cfg.ridge))
     assert setup.u_range is not None
     return ipw_known_bounds(n, *setup.u_range)
 

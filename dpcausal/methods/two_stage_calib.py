@@ -53,6 +53,16 @@ class StabilityBounds:
     w2_paper: float
     source: str
     attained_w2aug: float | None = None
+    specific_safe: bool = True
+    """Whether a ``safe``-mode field (W₁ˢ or W₂aug) is strictly below the universal cap, i.e. the
+    method-specific bound is actually in use (set by ``_cap``)."""
+    specific_paper: bool = True
+    """The same for the ``paper``-mode fields."""
+
+    def method_specific(self, mode: str) -> bool:
+        """Whether the bound used by ``mode`` relies on the method (else only the universal caps,
+        valid for ANY weights in nΔⁿ, are used: stage-1 accuracy is then irrelevant)."""
+        return self.specific_safe if mode == "safe" else self.specific_paper
 
     def to_dict(self) -> dict[str, Any]:
         """The receipt's record of the bounds."""
@@ -75,6 +85,8 @@ def universal_bounds(n: int) -> StabilityBounds:
         w1_paper=3.0 * n,
         w2_paper=math.sqrt(6.0) * (n + 1.0) ** 1.5,
         source="universal (any weights in nΔⁿ)",
+        specific_safe=False,
+        specific_paper=False,
     )
 
 
@@ -82,7 +94,22 @@ def _cap(b: StabilityBounds, n: int) -> StabilityBounds:
     """Take the minimum with the universal caps (both are valid bounds)."""
     u = universal_bounds(n)
     return StabilityBounds(min(b.w1s, u.w1s), min(b.w2aug, u.w2aug), min(b.w1_paper, u.w1_paper),
-                           min(b.w2_paper, u.w2_paper), b.source, b.attained_w2aug)
+                           min(b.w2_paper, u.w2_paper), b.source, b.attained_w2aug,
+                           specific_safe=b.w1s < u.w1s or b.w2aug < u.w2aug,
+                           specific_paper=b.w1_paper < u.w1_paper or b.w2_paper < u.w2_paper)
+
+
+EXP_MAX = 700.0
+"""Exponents above this overflow float64 in exp/expm1 (limit ≈ 709.78); the bounds that would need
+them exceed the universal caps by far (e^700·n ≫ 2n), so the caps are returned instead."""
+
+
+def _capped_universal(n: int, source: str) -> StabilityBounds:
+    """The universal caps, labelled as the cap of a method bound too large to evaluate."""
+    u = universal_bounds(n)
+    return StabilityBounds(u.w1s, u.w2aug, u.w1_paper, u.w2_paper,
+                           f"{source}: exceeds the universal caps (universal used)",
+                           specific_safe=False, specific_paper=False)
 
 
 def enumerate_two_level(n: int, u_hi: float, u_lo: float) -> dict[str, float]:
@@ -186,10 +213,14 @@ def ipw_logit_bounds(n: int, *, m_w: float, radius: float, ridge: float,
     """
     if n < 2:
         raise ValueError("n must be >= 2")
+    if m_w * radius > EXP_MAX:
+        return _capped_universal(n, "proven ratio bound (ipw-logit)")
     u_lo, u_hi = 1.0 + math.exp(-m_w * radius), 1.0 + math.exp(m_w * radius)
     rho_u = u_hi / u_lo
     d_lambda = 2.0 * m_w / (n * ridge) + lambda_slack
     d = 2.0 * m_w * d_lambda + math.log1p((rho_u - 1.0) / n)
+    if not d <= EXP_MAX:  # e^d − 1 > e^700: far above the caps (and expm1 would overflow)
+        return _capped_universal(n, "proven ratio bound (ipw-logit)")
     b = n * u_hi / ((n - 1) * u_lo + u_hi)
     em = math.expm1(d)
     w1s = n * em + 2.0 * b
@@ -211,12 +242,16 @@ def ebw_bounds(n: int, *, m_g: float, kappa: float, radius: float, ridge: float,
     if n < 2:
         raise ValueError("n must be >= 2")
     beta_b = m_g / (kappa * n)
+    if 2.0 * radius > EXP_MAX or 2.0 * radius * beta_b > EXP_MAX:
+        return _capped_universal(n, "proven ratio bound (ebw, sample totals)")
     rho = math.exp(2.0 * radius)
     grad_shift = (beta_b + 4.0 * rho / n + math.expm1(2.0 * radius * beta_b)
                   + 2.0 * math.sqrt(2.0) * kappa / n)
     d_lambda = grad_shift / ridge + lambda_slack
     delta_z = d_lambda + radius * beta_b
     d = 2.0 * delta_z + math.log1p((rho - 1.0) / n)
+    if not d <= EXP_MAX:  # e^d − 1 > e^700: far above the caps (and expm1 would overflow)
+        return _capped_universal(n, "proven ratio bound (ebw, sample totals)")
     b = n * rho / (n - 1 + rho)
     em = math.expm1(d)
     w1s = n * em + 2.0 * b

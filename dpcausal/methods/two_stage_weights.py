@@ -27,8 +27,9 @@ BoolArray = npt.NDArray[np.bool_]
 GRAD_TOL = 1e-10
 """Stationarity tolerance of the smooth stage-1 solves (relative to the problem's scale)."""
 LOGIT_LAMBDA_SLACK = 1e-6
-"""ipw-logit and ebw: the certified distance of the computed dual/coefficient vector λ̃ to the exact
-λ̂ must be ≤ half of this; the stability bounds add it to ‖λ̂(D) − λ̂(D′)‖ (two_stage_calib)."""
+"""ipw-logit and ebw: the smallest solver slack η (``certificate_slack`` raises it above the public
+rounding floor). The certified distance of the computed λ̃ to the exact λ̂ must be ≤ η/2; the
+stability bounds add η to ‖λ̂(D) − λ̂(D′)‖ (two_stage_calib)."""
 
 
 def normalise(u: FloatArray) -> FloatArray:
@@ -112,29 +113,122 @@ def _ball_newton(fun, x0: FloatArray, radius: float, *, what: str) -> FloatArray
     return solve(hi, x)
 
 
-def certified_distance(grad: FloatArray, x: FloatArray, radius: float, rho: float) -> float:
+UNIT_ROUNDOFF = 2.0**-53
+"""u of IEEE float64 (round to nearest)."""
+
+
+def gradient_rounding_allowance(n: int, dim: int, radius: float, ridge: float) -> float:
+    """A public bound ε_g on ‖ĝ − ∇f(x)‖ for the float64 gradients of the ipw-logit and ebw duals.
+
+    Model (standard floating-point model, u = 2⁻⁵³; library exp/expit/logsumexp accurate to a few
+    ulps): each gradient component is a sum of ≤ n + 1 terms whose absolute values sum to ≤ 2
+    (logit: |x_ij| ≤ 1, |p_i − a_i| ≤ 1; ebw: Σp_i|b_ij| ≤ 1 and |target_j| ≤ κ ≤ 1), and any
+    summation order errs by ≤ γ_n·Σ|terms| ≤ 2(n+1)u·2; the logits z = ⟨row, λ⟩ err by ≤ γ_d·R·√d
+    (rows have ‖·‖ ≤ √d), moving p_i by ≤ that (logit: σ′ ≤ ¼; ebw: relative, plus the
+    logsumexp's own (2R + log n + 8)u); the ridge term ρλ_j by ≤ 2uρR. Everything is multiplied by
+    4 for safety and by √dim for the norm. A function of public inputs only.
+    """
+    u = UNIT_ROUNDOFF
+    per_comp = (4.0 * (n + 1) + 2.0 * dim * radius * math.sqrt(dim) + 4.0 * radius
+                + 2.0 * math.log(max(n, 2)) + 16.0 + 2.0 * ridge * radius)
+    return 4.0 * math.sqrt(dim) * u * per_comp
+
+
+def certificate_slack(n: int, dim: int, radius: float, ridge: float) -> float:
+    """η: the public solver slack of ipw-logit/ebw (the bounds add η to ‖λ̂(D) − λ̂(D′)‖).
+
+    η = max(LOGIT_LAMBDA_SLACK, 16·F) with the certificate's public rounding floor
+    F = R·sqrt(80u) + 4ε_g/ρ: the value ``certified_distance`` returns at a float point adjacent to
+    the exact minimiser is ≤ F (the first term bounds sqrt(R² − r_lo²), the tangential ambiguity of
+    a point certified inside the ball by a margin R − r_lo ≤ 40uR (``_inside``); the second the
+    gradient rounding ε_g over ρ, counted twice). ``_certified`` needs ≤ η/2 ≥ 8F, so the
+    certificate fails only if the solver (with its Newton polish) stops more than ~8× the rounding
+    floor away from the exact minimiser (docs/proofs §5d).
+    """
+    floor = radius * math.sqrt(80.0 * UNIT_ROUNDOFF) + 4.0 * gradient_rounding_allowance(
+        n, dim, radius, ridge) / ridge
+    return max(LOGIT_LAMBDA_SLACK, 16.0 * floor)
+
+
+def _norm_bounds(x: FloatArray) -> tuple[float, float, float]:
+    """(r̂, r_lo, r_hi) with r_lo ≤ ‖x‖ ≤ r_hi.
+
+    Each square x_j² is rounded once (relative u), ``math.fsum`` rounds the sum once (u), the
+    square root once (u): r̂ = ‖x‖(1 + θ), |θ| ≤ 3u; 8u is used.
+    """
+    r2 = math.fsum(float(v) * float(v) for v in x)
+    r = math.sqrt(r2)
+    eps = 8.0 * UNIT_ROUNDOFF
+    return r, r * (1.0 - eps), r * (1.0 + eps)
+
+
+def certified_distance(grad: FloatArray, x: FloatArray, radius: float, rho: float, *,
+                       grad_err: float = 0.0) -> float:
     """An upper bound on ‖x − x*‖ for x* = argmin of a ρ-strongly convex f over ‖x‖ ≤ radius.
 
-    ``grad`` = ∇f(x). If ‖x‖ + ‖∇f(x)‖/ρ ≤ radius, the unconstrained minimiser lies in the ball,
-    so x* is it and ‖x − x*‖ ≤ ‖∇f(x)‖/ρ. Otherwise, for feasible x, strong convexity and the
-    optimality of x* give ρ‖x − x*‖² ≤ ⟨∇f(x), x − x*⟩ ≤ ⟨∇f(x), x⟩ + radius·‖∇f(x)‖ (the
-    Frank–Wolfe gap of the ball).
+    ``grad`` = ĝ, the computed ∇f(x), with ‖ĝ − ∇f(x)‖ ≤ ``grad_err`` = ε. Returns ∞ unless x is
+    provably feasible (‖x‖ ≤ r_hi ≤ R). With v = x* − x and g = ∇f(x), strong convexity and the
+    optimality of x* (⟨∇f(x*), x − x*⟩ ≥ 0, x feasible) give
+
+        ρ‖v‖² ≤ −⟨g, v⟩ ≤ −⟨ĝ, v⟩ + ε‖v‖,       ‖x + v‖ ≤ R.                       (*)
+
+    Three consequences, each an upper bound on ‖v‖; the minimum is returned (then inflated by
+    a relative 64u for the rounding of this function's own scalar arithmetic):
+
+    A. −⟨ĝ, v⟩ ≤ ‖ĝ‖‖v‖: ‖v‖ ≤ (‖ĝ‖ + ε)/ρ (valid for every feasible x, inside or on the sphere).
+    B. Radial split ĝ = −α·x/r + t (r = ‖x‖, α = −⟨ĝ, x⟩/r ≥ 0 computed, t := ĝ + αx/r exact, so
+       −⟨ĝ, v⟩ = α⟨x, v⟩/r − ⟨t, v⟩). ‖x + v‖² ≤ R² gives 2⟨x, v⟩ ≤ R² − r² − ‖v‖², hence
+       κ‖v‖² ≤ c + s‖v‖ with κ = ρ + α/(2r_hi), c = α(R² − r_lo²)/(2r_lo), s = ‖t‖ + ε, so
+       ‖v‖ ≤ (s + sqrt(s² + 4κc))/(2κ). Linear in the gradient error: at a float point next to an
+       on-sphere minimiser, ‖v‖ ≲ (‖t‖ + ε)/ρ + sqrt(R² − r_lo²).
+    C. The Frank–Wolfe gap, computed WITHOUT cancellation: ρ‖v‖² ≤ ⟨g, x⟩ + R‖g‖ ≤ gap(ĝ) + ε(r+R),
+       where for x ≠ 0, ĝ ≠ 0, with unit vectors e = ĝ/‖ĝ‖, f = x/‖x‖ and cos = ⟨e, f⟩:
+       ⟨ĝ, x⟩ = ‖ĝ‖‖x‖cos and ‖e + f‖² = 2 + 2cos, so
+       ⟨ĝ, x⟩ + R‖ĝ‖ = ‖ĝ‖(R − ‖x‖) + ‖ĝ‖‖x‖(1 + cos) = ‖ĝ‖(R − ‖x‖) + ½‖ĝ‖‖x‖·‖e + f‖²,
+       a sum of two nonnegative terms (no subtraction of nearly equal numbers; R − ‖x‖ is bounded
+       by R − r_lo). The old form ⟨ĝ, x⟩ + R‖ĝ‖ lost ~1e-17 absolute, which sqrt(·/ρ) blew up
+       to ~5e-7 at ρ = 1e-4 and made feasibility of the certificate data-dependent.
+    Every computed scalar that enters with a positive sign is inflated for its own rounding
+    (‖ĝ‖ by (2d + 8)u relative, ‖x‖ by 8u (``_norm_bounds``), ‖e + f‖ by 2(2d + 8)u absolute),
+    so the result is a rigorous bound under the standard floating-point model.
     """
-    gnorm = float(np.linalg.norm(grad))
-    xnorm = float(np.linalg.norm(x))
-    if xnorm + gnorm / rho <= radius:
-        return gnorm / rho
-    if xnorm > radius * (1 + 1e-12):
+    u = UNIT_ROUNDOFF
+    d = len(x)
+    rel = (2.0 * d + 8.0) * u
+    eps = float(grad_err)
+    gnorm = float(np.linalg.norm(grad)) * (1.0 + rel)
+    r, r_lo, r_hi = _norm_bounds(x)
+    if r_hi > radius:
         return math.inf
-    return math.sqrt(max(0.0, float(grad @ x) + radius * gnorm) / rho)
+    best = (gnorm + eps) / rho  # A
+    if r > 0.0 and gnorm > 0.0:
+        alpha = -float(grad @ x) / r
+        if alpha > 0.0:  # B
+            t = grad + (alpha / r) * x
+            # t̂ errs from the exact t = ĝ + αx/‖x‖ by ≤ α(|1/r − 1/‖x‖|‖x‖ + 2u) + rounding
+            s = float(np.linalg.norm(t)) * (1.0 + rel) + alpha * 2.0 * rel + gnorm * rel + eps
+            kappa = rho + alpha / (2.0 * r_hi)
+            c = alpha * (radius * radius - r_lo * r_lo) / (2.0 * r_lo) if r_lo > 0 else math.inf
+            c = c * (1.0 + rel) + abs(c) * rel if math.isfinite(c) else c
+            disc = s * s + 4.0 * kappa * c
+            best = min(best, (s + math.sqrt(max(0.0, disc))) / (2.0 * kappa))
+        e_plus_f = float(np.linalg.norm(grad / float(np.linalg.norm(grad)) + x / r)) + 2.0 * rel
+        gap = gnorm * max(0.0, radius - r_lo) + 0.5 * gnorm * r_hi * e_plus_f * e_plus_f
+        gap = gap * (1.0 + rel) + eps * (r_hi + radius)  # C
+        best = min(best, math.sqrt(gap / rho))
+    elif r == 0.0:
+        best = min(best, math.sqrt((radius * gnorm + eps * radius) / rho))
+    return best * (1.0 + 64.0 * u)
 
 
 def ipw_logit_weights(a: BoolArray, feats: FloatArray, *, radius: float, ridge: float,
                       certify: bool = True) -> FloatArray:
     """Ridge logistic propensity in the ℓ₂ ball (4.10), then arm-specific IPW.
 
-    ``feats`` are the public-scaled covariates with an intercept column. The computed λ̃ is
-    certified to lie within LOGIT_LAMBDA_SLACK/2 of the exact minimiser (else SolverError).
+    ``feats`` are the public-scaled covariates with an intercept column. With ``certify`` the
+    computed λ̃ is certified to lie within η/2 of the exact minimiser, η = ``certificate_slack``
+    (else SolverError). two_stage.compute_weights certifies only when the bound in use is
+    method-specific (not clipped to the universal caps).
     """
     n, d = feats.shape
     af = a.astype(np.float64)
@@ -149,23 +243,95 @@ def ipw_logit_weights(a: BoolArray, feats: FloatArray, *, radius: float, ridge: 
 
     lam = _ball_newton(fun, np.zeros(d), radius, what="ipw-logit")
     if certify:
-        lam = _certified(fun, lam, radius, ridge, what="ipw-logit")
+        lam = _certified(fun, lam, radius, ridge, n=n, what="ipw-logit")
     return ipw_from_scores(a, feats @ lam)
 
 
-def _certified(fun, lam: FloatArray, radius: float, rho: float, *, what: str) -> FloatArray:
-    """A feasible point certified within LOGIT_LAMBDA_SLACK/2 of the exact ball minimiser."""
+def _inside(x: FloatArray, radius: float) -> FloatArray:
+    """x scaled so that it is provably in the ball (‖·‖ ≤ r_hi ≤ R), as close to the sphere as the
+    rounding allows (R − ‖x‖ ≤ 32uR) when x is at or outside it."""
+    r, _, r_hi = _norm_bounds(x)
+    if r_hi <= radius or r == 0.0:
+        return x
+    return x * (radius / r * (1.0 - 20.0 * UNIT_ROUNDOFF))
+
+
+def _kkt_polish(fun, x: FloatArray, radius: float, steps: int = 4) -> list[FloatArray]:
+    """Newton steps on the sphere-KKT system ∇f(x) + μx = 0, ‖x‖² = R² (candidates, not trusted)."""
+    out: list[FloatArray] = []
+    r = float(np.linalg.norm(x))
+    if r == 0.0:
+        return out
+    _, g, _ = fun(x, 0.0)
+    mu = max(0.0, -float(g @ x) / (r * r))
+    d = len(x)
+    for _ in range(steps):
+        _, g, h = fun(x, 0.0)
+        jac = np.zeros((d + 1, d + 1))
+        jac[:d, :d] = h + mu * np.eye(d)
+        jac[:d, d] = x
+        jac[d, :d] = x
+        rhs = np.concatenate([g + mu * x, [0.5 * (float(x @ x) - radius * radius)]])
+        try:
+            step = np.linalg.solve(jac, rhs)
+        except np.linalg.LinAlgError:
+            break
+        x = x - step[:d]
+        mu = max(0.0, mu - float(step[d]))
+        out.append(x.copy())
+    return out
+
+
+def _interior_polish(fun, x: FloatArray, steps: int = 3) -> list[FloatArray]:
+    """Plain Newton steps of the unconstrained problem (candidates, not trusted)."""
+    out: list[FloatArray] = []
+    for _ in range(steps):
+        _, g, h = fun(x, 0.0)
+        try:
+            x = x - np.linalg.solve(h, g)
+        except np.linalg.LinAlgError:
+            break
+        out.append(x.copy())
+    return out
+
+
+def _certified(fun, lam: FloatArray, radius: float, rho: float, *, n: int,
+               what: str) -> FloatArray:
+    """A feasible point certified within η/2 of the exact ball minimiser, η = certificate_slack.
+
+    Candidates: the solver's point, its projection on the sphere, and a few Newton polishes
+    (interior and sphere-KKT), each made provably feasible; the one with the smallest rigorous
+    ``certified_distance`` (gradient rounding allowance ε_g) is returned. Only if none reaches η/2
+    is SolverError raised: that needs the solver to stop > 8× the public rounding floor away from
+    the minimiser (see certificate_slack); it is not reachable through float cancellation.
+    """
+    d = len(lam)
+    eta = certificate_slack(n, d, radius, rho)
+    eps_g = gradient_rounding_allowance(n, d, radius, rho)
     norm = float(np.linalg.norm(lam))
-    candidates = [lam * min(1.0, radius / norm) if norm > 0 else lam]
-    if norm > 0.5 * radius:  # on the sphere the Frank–Wolfe gap is quadratic in the residual
-        candidates.append(lam * (radius / norm))
-    certs = [certified_distance(fun(c, 0.0)[1], c, radius, rho) for c in candidates]
-    if min(certs) > 0.5 * LOGIT_LAMBDA_SLACK:
+    raw = [lam]
+    if norm > 0:
+        raw.append(lam * (radius / norm))
+    best_x, best_c = lam, math.inf
+    for start in list(raw):
+        raw.extend(_interior_polish(fun, start))
+        if norm > 0.5 * radius:
+            raw.extend(_kkt_polish(fun, start, radius))
+    for c in raw:
+        if not np.all(np.isfinite(c)):
+            continue
+        c = _inside(c, radius)
+        cert = certified_distance(fun(c, 0.0)[1], c, radius, rho, grad_err=eps_g)
+        if cert < best_c:
+            best_x, best_c = c, cert
+        if best_c <= 0.0625 * eta:
+            break
+    if best_c > 0.5 * eta:
         raise SolverError(
             f"the stage-1 {what} solve could not certify its accuracy (needed for the stability "
             "bound); no release was made. Try a larger ridge, or report this as a bug"
         )
-    return candidates[int(np.argmin(certs))]
+    return best_x
 
 
 def ebw_rows(a: BoolArray, moments: FloatArray, kappa: float, m_g: float) -> FloatArray:
@@ -212,7 +378,7 @@ def ebw_weights(a: BoolArray, moments: FloatArray, *, kappa: float, m_g: float, 
 
     lam = _ball_newton(fun, np.zeros(d), radius, what="ebw")
     if certify:  # needed only by the method-specific bound (universal holds for any weights)
-        lam = _certified(fun, lam, radius, ridge, what="ebw")
+        lam = _certified(fun, lam, radius, ridge, n=n, what="ebw")
     z = rows @ lam
     w = n * np.exp(z - special.logsumexp(z))
     if arm_totals == "equal":
