@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from typing import Annotated
@@ -17,11 +18,6 @@ from dpcausal.cli.select_policy import select_policy
 from dpcausal.cli.synth_control import synth_control
 from dpcausal.cli.two_stage import two_stage
 from dpcausal.errors import SpecError
-from dpcausal.spec.cate import CateSpec
-from dpcausal.spec.owl import OwlSpec
-from dpcausal.spec.select_policy import SelectPolicySpec
-from dpcausal.spec.synth_control import SynthControlSpec
-from dpcausal.spec.two_stage import TwoStageSpec
 
 app = typer.Typer(
     name="dpcausal",
@@ -31,11 +27,14 @@ app = typer.Typer(
     help="Differentially private causal inference from tabular files, with a privacy ledger.",
 )
 
-SPEC_MODELS: dict[str, type] = {"owl": OwlSpec}
-SPEC_MODELS["select-policy"] = SelectPolicySpec
-SPEC_MODELS["synth-control"] = SynthControlSpec
-SPEC_MODELS["cate"] = CateSpec
-SPEC_MODELS["two-stage"] = TwoStageSpec
+SPEC_MODELS: dict[str, str] = {
+    "owl": "dpcausal.spec.owl:OwlSpec",
+    "select-policy": "dpcausal.spec.select_policy:SelectPolicySpec",
+    "synth-control": "dpcausal.spec.synth_control:SynthControlSpec",
+    "cate": "dpcausal.spec.cate:CateSpec",
+    "two-stage": "dpcausal.spec.two_stage:TwoStageSpec",
+}
+"""Command → its spec model, imported on demand (``dpcausal --help`` loads no method)."""
 
 app.command("owl")(owl)
 app.command("select-policy")(select_policy)
@@ -65,11 +64,13 @@ def schema(command: Annotated[str, typer.Argument(help="A command name, e.g. owl
     """Print the JSON Schema of a command's spec."""
 
     def body() -> None:
-        model = SPEC_MODELS.get(command)
-        if model is None:
+        target = SPEC_MODELS.get(command)
+        if target is None:
             raise SpecError(
                 f"unknown command '{command}'; choose one of: {', '.join(sorted(SPEC_MODELS))}"
             )
+        module, _, name = target.partition(":")
+        model = getattr(importlib.import_module(module), name)
         sys.stdout.write(json.dumps(model.model_json_schema(), indent=2) + "\n")
 
     guarded(body)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -9,16 +10,17 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from dpcausal.errors import EXIT_INTERNAL, DPCausalError
-from dpcausal.methods.base import MethodDef
-from dpcausal.pipeline import RunResult, execute
-from dpcausal.spec.load import load_spec
+
+if TYPE_CHECKING:
+    from dpcausal.methods.base import MethodDef
+    from dpcausal.pipeline import RunResult
 
 T = TypeVar("T")
 
@@ -134,7 +136,7 @@ def emit(result: RunResult, *, as_json: bool, quiet: bool) -> None:
 
 
 def run_release_command(
-    method: MethodDef,
+    method: MethodDef | str,
     *,
     spec_path: Path,
     data: Path | None,
@@ -151,6 +153,12 @@ def run_release_command(
     """Load the spec, apply overrides, execute, print. Exit codes per DESIGN §3."""
 
     def body() -> None:
+        from dpcausal.pipeline import execute  # imported here: `dpcausal --help` stays fast
+        from dpcausal.spec.load import load_spec
+
+        nonlocal method
+        if isinstance(method, str):
+            method = importlib.import_module(method).METHOD
         spec, sha = load_spec(spec_path, method.spec_model)
         spec = spec.with_overrides(data=data, out=out, ledger=ledger)
         if engine is not None or engine_address is not None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dpcausal.cli import options as o
 from dpcausal.cli._run import run_release_command
-from dpcausal.methods.cate import METHOD
 
 
 def cate(
@@ -19,6 +18,6 @@ def cate(
     test_noise_seed: o.TestNoiseSeedOpt = None,
 ) -> None:
     """Release τ(x) at query points or on a grid (R-/DR-learner, DP nuisances, GP or Gaussian noise)."""
-    run_release_command(METHOD, spec_path=spec, data=data, out=out, ledger=ledger, seed=seed,
+    run_release_command("dpcausal.methods.cate", spec_path=spec, data=data, out=out, ledger=ledger, seed=seed,
                         dry_run=dry_run, as_json=as_json, quiet=quiet,
                         test_noise_seed=test_noise_seed)

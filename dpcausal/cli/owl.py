@@ -12,9 +12,6 @@ import typer
 from dpcausal.cli import options as o
 from dpcausal.cli._run import guarded, run_release_command, status, stdout_console
 from dpcausal.errors import DataError, SpecError
-from dpcausal.io.tables import inspect_table, read_table
-from dpcausal.io.writers import atomic_write, csv_bytes, parquet_bytes
-from dpcausal.methods import owl as owl_method
 
 ApplyOpt = Annotated[
     Path | None,
@@ -45,7 +42,7 @@ def owl(
     if spec is None:
         guarded(_missing_spec)
         return
-    run_release_command(owl_method.METHOD, spec_path=spec, data=data, out=out, ledger=ledger,
+    run_release_command("dpcausal.methods.owl", spec_path=spec, data=data, out=out, ledger=ledger,
                         seed=seed, dry_run=dry_run, as_json=as_json, quiet=quiet,
                         test_noise_seed=test_noise_seed, engine=engine,
                         engine_address=engine_address)
@@ -58,6 +55,10 @@ def _missing_spec() -> None:
 def _apply(rule_path: Path, spec_path: Path | None, data: Path | None, out: Path | None,
            as_json: bool, quiet: bool) -> None:
     """Post-processing: score new rows with a released rule; spends nothing."""
+    from dpcausal.io.tables import inspect_table, read_table
+    from dpcausal.io.writers import atomic_write, csv_bytes, parquet_bytes
+    from dpcausal.methods import owl as owl_method
+
     if spec_path is not None and (data is None or out is None):
         from dpcausal.spec.load import load_spec
         from dpcausal.spec.owl import OwlSpec

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dpcausal.cli import options as o
 from dpcausal.cli._run import run_release_command
-from dpcausal.methods import select_policy as method
 
 
 def select_policy(
@@ -25,7 +24,7 @@ def select_policy(
     Utilities are sums of doubly robust (AIPW) scores over the scoring block; the sensitivity is
     certified for nuisances learned on the same data (Δ_cert = max{2B_ψ, n·ρ*}).
     """
-    run_release_command(method.METHOD, spec_path=spec, data=data, out=out, ledger=ledger,
+    run_release_command("dpcausal.methods.select_policy", spec_path=spec, data=data, out=out, ledger=ledger,
                         seed=seed, dry_run=dry_run, as_json=as_json, quiet=quiet,
                         test_noise_seed=test_noise_seed, engine=engine,
                         engine_address=engine_address)

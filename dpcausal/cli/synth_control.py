@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dpcausal.cli import options as o
 from dpcausal.cli._run import run_release_command
-from dpcausal.methods import synth_control as synth_control_method
 
 
 def synth_control(
@@ -19,6 +18,6 @@ def synth_control(
     test_noise_seed: o.TestNoiseSeedOpt = None,
 ) -> None:
     """Release a DP synthetic-control counterfactual path and effect (DPSC_out)."""
-    run_release_command(synth_control_method.METHOD, spec_path=spec, data=data, out=out,
+    run_release_command("dpcausal.methods.synth_control", spec_path=spec, data=data, out=out,
                         ledger=ledger, seed=seed, dry_run=dry_run, as_json=as_json, quiet=quiet,
                         test_noise_seed=test_noise_seed)
