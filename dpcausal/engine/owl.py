@@ -20,10 +20,10 @@ from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.engine.base import Engine
 from dpcausal.engine.newton import Part, solve_erm_engine
 from dpcausal.errors import DataError
+from dpcausal.methods._arms import label_matches
 from dpcausal.methods.base import Release
 from dpcausal.methods.owl import (
     OwlSetup,
-    _matches,
     apply_rule,
     build_setup,
     mechanism,
@@ -61,7 +61,7 @@ def run(spec: OwlSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, pd.Dat
         release.tables["recommendations"] = recs
         summary["apply_to_rows"] = len(recs)
         summary["apply_to_share_treated"] = float(
-            _matches(recs["recommended"], spec.owl.treated).mean()
+            label_matches(recs["recommended"], spec.owl.treated).mean()
         )
     release.summary.update(summary)
     return release

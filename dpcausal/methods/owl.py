@@ -21,6 +21,7 @@ from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.errors import DataError, MissingBoundsError, SpecError
 from dpcausal.io.tables import numeric_column, numeric_columns, numeric_matrix
 from dpcausal.mechanisms import L2LaplaceMechanism
+from dpcausal.methods._arms import label_matches, treated_mask
 from dpcausal.methods.base import MethodDef, Release, SideInput
 from dpcausal.methods.owl_features import FeatureMap, random_fourier_projection
 from dpcausal.solvers.erm import HuberHinge, solve_weighted_erm
@@ -164,14 +165,6 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _matches(col: pd.Series, label: Any) -> npt.NDArray[np.bool_]:
-    if pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
-        if isinstance(label, bool | int | float):
-            return (col == label).to_numpy(dtype=bool, na_value=False)
-        return np.zeros(len(col), dtype=bool)
-    return (col.astype("string") == str(label)).to_numpy(dtype=bool, na_value=False)
-
-
 def prepare(spec: OwlSpec, setup: OwlSetup, frame: pd.DataFrame, path: Path | None) -> Prepared:
     """Validate and map one table: rows, ±1 labels, shifted outcomes, received-arm propensities."""
     cols = spec.data.columns
@@ -182,17 +175,8 @@ def prepare(spec: OwlSpec, setup: OwlSetup, frame: pd.DataFrame, path: Path | No
     b = numeric_column(frame, cols.outcome, path)
     if sec.outcome_direction == "lower":
         b = -b
-    treated = _matches(frame[cols.treatment], sec.treated)
-    control = _matches(frame[cols.treatment], sec.control_label())
-    other = ~(treated | control)
-    if other.any():
-        first = int(np.flatnonzero(other)[0])
-        raise DataError(
-            f"{path}: column '{cols.treatment}' has {int(other.sum())} value(s) that are neither "
-            f"the treated value {sec.treated!r} nor the control value {sec.control_label()!r} "
-            f"(first at data row {first + 1}); owl needs a "
-            "binary treatment: collapse the arms, or set owl.treated/owl.control"
-        )
+    treated = treated_mask(frame[cols.treatment], sec, path=path, column=cols.treatment,
+                           command="owl")
     y = np.where(treated, 1.0, -1.0)
     if isinstance(sec.propensity, PropensityColumn):
         p = numeric_column(frame, sec.propensity.column, path)
@@ -311,7 +295,7 @@ def run(spec: OwlSpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, p
         release.tables["recommendations"] = recs
         summary["apply_to_rows"] = len(recs)
         summary["apply_to_share_treated"] = float(
-            _matches(recs["recommended"], spec.owl.treated).mean()
+            label_matches(recs["recommended"], spec.owl.treated).mean()
         )
     release.summary.update(summary)
     return release

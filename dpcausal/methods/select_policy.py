@@ -32,6 +32,7 @@ from dpcausal.learners import (
 )
 from dpcausal.learners.certificate import score_bounds
 from dpcausal.mechanisms import ExponentialMechanism, LaplaceMechanism
+from dpcausal.methods._arms import treated_mask
 from dpcausal.methods.base import MethodDef, Release, SideInput
 from dpcausal.methods.select_policy_library import PolicyLibrary, build_library, paper160
 from dpcausal.methods.select_policy_scores import (
@@ -276,30 +277,13 @@ def plan(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any], *,
                        assumptions=assumptions, details=details)
 
 
-def _matches(col: pd.Series, label: Any) -> npt.NDArray[np.bool_]:
-    if pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
-        if isinstance(label, bool | int | float):
-            return (col == label).to_numpy(dtype=bool, na_value=False)
-        return np.zeros(len(col), dtype=bool)
-    return (col.astype("string") == str(label)).to_numpy(dtype=bool, na_value=False)
-
-
 def treated_indicator(spec: SelectPolicySpec, frame: pd.DataFrame) -> npt.NDArray[np.bool_]:
     """The treatment column as a treated indicator; refuses values that are neither arm."""
     sec: SelectPolicySection = spec.select_policy
     col = spec.data.columns.treatment
     assert col is not None
-    treated = _matches(frame[col], sec.treated)
-    other = ~(treated | _matches(frame[col], sec.control_label()))
-    if other.any():
-        first = int(np.flatnonzero(other)[0])
-        raise DataError(
-            f"{spec.data.path}: column '{col}' has {int(other.sum())} value(s) that are neither "
-            f"the treated value {sec.treated!r} nor the control value {sec.control_label()!r} "
-            f"(first at data row {first + 1}); select-policy's certified route needs a binary "
-            "action: collapse the arms, or set select_policy.treated/control"
-        )
-    return treated
+    return treated_mask(frame[col], sec, path=spec.data.path, column=col,
+                        command="select-policy's certified route")
 
 
 def split_indices(spec: SelectPolicySpec, n_rows: int, m: int) -> tuple[npt.NDArray[np.intp],

@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from dpcausal.errors import DataError, MissingBoundsError, SpecError
+from dpcausal.errors import MissingBoundsError, SpecError
 from dpcausal.io.tables import numeric_column
+from dpcausal.methods._arms import treated_mask
 from dpcausal.methods.owl_features import FeatureMap
 from dpcausal.spec.two_stage import TwoStageSpec
 
@@ -123,14 +123,6 @@ def score_range(spec: TwoStageSpec, bnds: FloatArray) -> tuple[float, float]:
 
 
 
-def _matches(col: pd.Series, label: Any) -> npt.NDArray[np.bool_]:
-    if pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
-        if isinstance(label, bool | int | float):
-            return (col == label).to_numpy(dtype=bool, na_value=False)
-        return np.zeros(len(col), dtype=bool)
-    return (col.astype("string") == str(label)).to_numpy(dtype=bool, na_value=False)
-
-
 def prepare(spec: TwoStageSpec, setup: TwoStageSetup, frame: pd.DataFrame,
             path: Path | None) -> Prepared:
     """Validate and map the table: clip to the public bounds, features, ±1 arms, targets t."""
@@ -142,17 +134,8 @@ def prepare(spec: TwoStageSpec, setup: TwoStageSetup, frame: pd.DataFrame,
     y = numeric_column(frame, cols.outcome, path)
     if sec.outcome_direction == "lower":
         y = -y
-    treated = _matches(frame[cols.treatment], sec.treated)
-    control = _matches(frame[cols.treatment], sec.control_label())
-    other = ~(treated | control)
-    if other.any():
-        first = int(np.flatnonzero(other)[0])
-        raise DataError(
-            f"{path}: column '{cols.treatment}' has {int(other.sum())} value(s) that are neither "
-            f"the treated value {sec.treated!r} nor the control value {sec.control_label()!r} "
-            f"(first at data row {first + 1}); two-stage "
-            "needs a binary treatment: collapse the arms, or set two_stage.treated/control"
-        )
+    treated = treated_mask(frame[cols.treatment], sec, path=path, column=cols.treatment,
+                           command="two-stage")
     raw = np.clip(raw, setup.fmap.lower, setup.fmap.upper)
     yc = np.clip(y, setup.lower, setup.upper) - setup.center
     t = 2.0 * yc * np.where(treated, 1.0, -1.0)

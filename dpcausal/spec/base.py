@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -74,6 +74,40 @@ class BoundsSpec(StrictModel):
         if isinstance(self.covariates, dict):
             return self.covariates.get(name)
         return self.covariates
+
+
+ArmLabel = bool | int | float | str
+"""A value of a treatment column: a number, a boolean or a string, as it appears in the data."""
+
+
+class BinaryArms(StrictModel):
+    """A command section with a binary treatment: which value is 'treated', and the other arm.
+
+    Both labels come from the spec (public), never from the data: the released rule names them.
+    """
+
+    section: ClassVar[str] = "section"
+    treated: ArmLabel
+    """The treatment column's value that means 'treated' (arm +1)."""
+    control: ArmLabel | None = None
+    """The other arm's value; defaults to 0 when ``treated`` is 1 (or false when it is true)."""
+
+    @model_validator(mode="after")
+    def _arms(self) -> BinaryArms:
+        sec = self.section
+        if self.control is not None and self.control == self.treated:
+            raise ValueError(f"{sec}.control must differ from {sec}.treated")
+        if self.control is None and not (isinstance(self.treated, bool) or self.treated == 1):
+            raise ValueError(f"{sec}.control is required unless {sec}.treated is 1 or true")
+        return self
+
+    def control_label(self) -> ArmLabel:
+        """The control arm's label."""
+        if self.control is not None:
+            return self.control
+        if isinstance(self.treated, bool):
+            return not self.treated
+        return 0
 
 
 def _finite_positive(v: float) -> float:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from dpcausal.spec.base import CommonSpec, PositiveFinite, StrictModel
-
-ArmLabel = bool | int | float | str
+from dpcausal.spec.base import BinaryArms, CommonSpec, PositiveFinite, StrictModel
 
 
 class PropensityColumn(StrictModel):
@@ -40,13 +38,10 @@ class TuneSpec(StrictModel):
     seed: int = 0
 
 
-class OwlSection(StrictModel):
+class OwlSection(BinaryArms):
     """The ``owl`` section."""
 
-    treated: ArmLabel
-    """The treatment column's value that means 'treated' (arm +1)."""
-    control: ArmLabel | None = None
-    """The other arm's value; defaults to 0 when ``treated`` is 1 (or false when it is true)."""
+    section: ClassVar[str] = "owl"
     propensity: Annotated[float, Field(gt=0.0, lt=1.0)] | PropensityColumn
     """P(treated) by design: a number, or {column: NAME, floor: π_min}."""
     gamma: PositiveFinite | None = None
@@ -68,19 +63,8 @@ class OwlSection(StrictModel):
             raise ValueError("give exactly one of owl.gamma and owl.tune")
         if self.rff is not None and self.kernel != "rff":
             raise ValueError("owl.rff is only used with kernel: rff")
-        if self.control is not None and self.control == self.treated:
-            raise ValueError("owl.control must differ from owl.treated")
-        if self.control is None and not (isinstance(self.treated, bool) or self.treated == 1):
-            raise ValueError("owl.control is required unless owl.treated is 1 or true")
         return self
 
-    def control_label(self) -> ArmLabel:
-        """The control arm's label (public: from the spec, never from the data)."""
-        if self.control is not None:
-            return self.control
-        if isinstance(self.treated, bool):
-            return not self.treated
-        return 0
 
 
 class OwlSpec(CommonSpec):

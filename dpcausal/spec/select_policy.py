@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from dpcausal.spec.base import CommonSpec, Interval, PositiveFinite, StrictModel
+from dpcausal.spec.base import BinaryArms, CommonSpec, Interval, PositiveFinite, StrictModel
 
-ArmLabel = bool | int | float | str
 ColumnName = Annotated[str, Field(min_length=1)]
 
 
@@ -65,13 +64,10 @@ class ValueRelease(StrictModel):
     epsilon: PositiveFinite
 
 
-class SelectPolicySection(StrictModel):
+class SelectPolicySection(BinaryArms):
     """The ``select_policy`` section."""
 
-    treated: ArmLabel
-    """Value of the treatment column meaning 'treated' (a policy's action 1)."""
-    control: ArmLabel | None = None
-    """The other arm's value (default 0 when treated is 1, false when treated is true)."""
+    section: ClassVar[str] = "select_policy"
     library: LibraryFile | LibraryGenerator
     regime: Literal["learned", "frozen", "fixed"] = "learned"
     certificate: Literal["erm", "trivial"] = "erm"
@@ -110,19 +106,8 @@ class SelectPolicySection(StrictModel):
             raise ValueError("select_policy.fixed_scores is required with regime: fixed")
         if self.regime != "fixed" and self.fixed_scores is not None:
             raise ValueError("select_policy.fixed_scores is only used with regime: fixed")
-        if self.control is not None and self.control == self.treated:
-            raise ValueError("select_policy.control must differ from select_policy.treated")
-        if self.control is None and not (isinstance(self.treated, bool) or self.treated == 1):
-            raise ValueError("select_policy.control is required unless treated is 1 or true")
         return self
 
-    def control_label(self) -> ArmLabel:
-        """The control arm's label (public: from the spec, never from the data)."""
-        if self.control is not None:
-            return self.control
-        if isinstance(self.treated, bool):
-            return not self.treated
-        return 0
 
 
 class SelectPolicySpec(CommonSpec):

@@ -7,13 +7,12 @@ with objective perturbation calibrated to how much all n weights can move when o
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from dpcausal.spec.base import CommonSpec, PositiveFinite, StrictModel
+from dpcausal.spec.base import BinaryArms, CommonSpec, PositiveFinite, StrictModel
 
-ArmLabel = bool | int | float | str
 Fraction = Annotated[float, Field(gt=0.0, lt=1.0)]
 
 WeightMethod = Literal["uniform", "ipw-rct", "ipw-known", "ipw-logit", "ebw", "mmd"]
@@ -82,13 +81,10 @@ class MmdSection(StrictModel):
     min_arm_fraction: Annotated[float, Field(gt=0.0, le=0.5)] = 0.1
 
 
-class TwoStageSection(StrictModel):
+class TwoStageSection(BinaryArms):
     """The ``two_stage`` section."""
 
-    treated: ArmLabel
-    """The treatment column's value meaning 'treated' (arm +1)."""
-    control: ArmLabel | None = None
-    """The other arm's value; defaults to 0 when ``treated`` is 1 (or false when it is true)."""
+    section: ClassVar[str] = "two_stage"
     weights: WeightMethod
     sensitivity: Literal["method", "universal"] = "method"
     """``method``: the exact stability sups of a certified weight method; ``universal``: the caps
@@ -118,10 +114,6 @@ class TwoStageSection(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> TwoStageSection:
-        if self.control is not None and self.control == self.treated:
-            raise ValueError("two_stage.control must differ from two_stage.treated")
-        if self.control is None and not (isinstance(self.treated, bool) or self.treated == 1):
-            raise ValueError("two_stage.control is required unless two_stage.treated is 1 or true")
         sections = {"ipw-rct": "ipw_rct", "ipw-known": "ipw_known", "ipw-logit": "ipw_logit",
                     "ebw": "ebw", "mmd": "mmd"}
         for method, name in sections.items():
@@ -131,13 +123,6 @@ class TwoStageSection(StrictModel):
             raise ValueError("weights: mmd needs a two_stage.mmd section with a public bandwidth")
         return self
 
-    def control_label(self) -> ArmLabel:
-        """The control arm's label (public: from the spec, never from the data)."""
-        if self.control is not None:
-            return self.control
-        if isinstance(self.treated, bool):
-            return not self.treated
-        return 0
 
 
 class TwoStageSpec(CommonSpec):
