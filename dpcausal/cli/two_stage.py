@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from dpcausal.cli import options as o
-from dpcausal.cli._run import guarded, run_release_command, status, stdout_console
-from dpcausal.errors import DataError, SpecError
+from dpcausal.cli._apply import apply_saved_rule
+from dpcausal.cli._run import guarded, run_release_command
+from dpcausal.errors import SpecError
 
 ApplyOpt = Annotated[
     Path | None,
@@ -52,32 +51,7 @@ def _missing_spec() -> None:
 def _apply(rule_path: Path, data: Path | None, out: Path | None, as_json: bool,
            quiet: bool) -> None:
     """Post-processing: score new rows with a released rule; spends nothing."""
-    from dpcausal.io.tables import inspect_table, read_table
-    from dpcausal.io.writers import atomic_write, csv_bytes, parquet_bytes
     from dpcausal.methods import two_stage as method
 
-    if data is None or out is None:
-        raise SpecError("--apply needs --data NEW_ROWS and --out DIR")
-    try:
-        doc = json.loads(Path(rule_path).read_text())
-    except FileNotFoundError as exc:
-        raise DataError(f"{rule_path}: rule file not found; check the --apply path") from exc
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"{rule_path}: cannot read the rule file as JSON ({exc})") from exc
-    info = inspect_table(data, "data file to score")
-    with status("dpcausal two-stage: applying rule", quiet or as_json):
-        frame = read_table(data, list(info.columns), "data file to score")
-        recs = method.apply_rule(doc, frame, data)
-    written = [Path(out) / "recommendations.csv"]
-    atomic_write(written[0], csv_bytes(recs))
-    if info.format == "parquet":
-        written.append(Path(out) / "recommendations.parquet")
-        atomic_write(written[1], parquet_bytes(recs))
-    summary = {"rows": len(recs), "output_paths": [str(p) for p in written],
-               "privacy_cost": "none (post-processing of a released rule)"}
-    if as_json:
-        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
-    elif not quiet:
-        stdout_console().print(
-            f"applied {rule_path} to {len(recs)} rows (post-processing, no privacy cost); "
-            f"wrote {', '.join(map(str, written))}", markup=False)
+    apply_saved_rule("two-stage", method.apply_rule, rule_path=rule_path, data=data, out=out,
+                     training=None, as_json=as_json, quiet=quiet)

@@ -6,6 +6,7 @@ neighbouring relation a sensitivity was derived under, and silently changes n.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -42,6 +43,14 @@ class TableInfo:
     format: TableFormat
     columns: tuple[str, ...]
     n_rows: int
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """True when both paths name one file (symbolic and hard links included)."""
+    try:
+        return Path(a).resolve() == Path(b).resolve() or os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _safe_reason(exc: Exception) -> str:

@@ -8,7 +8,6 @@ R(θ) = ½‖θ‖² (E1), Gamma shape d = dim θ (E15), public outcome shift (P
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.errors import DataError, MissingBoundsError, SpecError
-from dpcausal.io.tables import numeric_column, numeric_columns, numeric_matrix
+from dpcausal.io.tables import numeric_column, numeric_columns, numeric_matrix, same_file
 from dpcausal.mechanisms import L2LaplaceMechanism
 from dpcausal.methods._arms import label_matches, treated_mask
 from dpcausal.methods.base import MethodDef, Release, SideInput
@@ -140,14 +139,14 @@ def side_inputs(spec: OwlSpec) -> dict[str, SideInput]:
     """The public tuning file and the rows to score, if the spec names them."""
     out: dict[str, SideInput] = {}
     if spec.owl.tune is not None:
-        if spec.data.path is not None and _same_file(spec.owl.tune.public_data, spec.data.path):
+        if spec.data.path is not None and same_file(spec.owl.tune.public_data, spec.data.path):
             raise SpecError(
                 f"owl.tune.public_data: {spec.owl.tune.public_data} is the training data; tuning γ on "
                 "the sensitive rows is not private. Tune on a separate public file, or set owl.gamma"
             )
         out["tune"] = SideInput(spec.owl.tune.public_data, data_columns(spec), "public tuning file")
     if spec.owl.apply_to is not None:
-        if spec.data.path is not None and _same_file(spec.owl.apply_to, spec.data.path):
+        if spec.data.path is not None and same_file(spec.owl.apply_to, spec.data.path):
             raise SpecError(
                 f"owl.apply_to: {spec.owl.apply_to} is the training data; recommendations for the "
                 "training rows are functions of their own sensitive covariates and are not covered "
@@ -157,12 +156,6 @@ def side_inputs(spec: OwlSpec) -> dict[str, SideInput]:
     return out
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    """True when both paths name one file (hard and symbolic links included)."""
-    try:
-        return Path(a).resolve() == Path(b).resolve() or os.path.samefile(a, b)
-    except OSError:
-        return False
 
 
 def prepare(spec: OwlSpec, setup: OwlSetup, frame: pd.DataFrame, path: Path | None) -> Prepared:

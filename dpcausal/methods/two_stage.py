@@ -9,7 +9,6 @@ noise and ridge are calibrated to how far all n weights can move when one row is
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +23,7 @@ from dpcausal.errors import (
     SpecError,
     UncertifiedModeError,
 )
+from dpcausal.io.tables import same_file
 from dpcausal.mechanisms import L2LaplaceMechanism
 from dpcausal.mechanisms.gaussian_vector import GaussianNoiseVector
 from dpcausal.methods import two_stage_weights as wts
@@ -74,7 +74,7 @@ def side_inputs(spec: TwoStageSpec) -> dict[str, SideInput]:
     sec = spec.two_stage
     if sec.apply_to is None:
         return {}
-    if spec.data.path is not None and _same_file(sec.apply_to, spec.data.path):
+    if spec.data.path is not None and same_file(sec.apply_to, spec.data.path):
         raise SpecError(
             f"two_stage.apply_to: {sec.apply_to} is the training data; recommendations for the "
             "training rows are functions of their own sensitive covariates and are not covered by "
@@ -83,11 +83,6 @@ def side_inputs(spec: TwoStageSpec) -> dict[str, SideInput]:
     return {"apply_to": SideInput(sec.apply_to, None, "two_stage.apply_to file")}
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return Path(a).resolve() == Path(b).resolve()
-    except OSError:
-        return False
 
 def _moments(scaled: FloatArray, order: int) -> tuple[FloatArray, float]:
     """g(x) = (1, s) or (1, s, s²) and its public norm bound M_g (|s_j| ≤ 1 after scaling)."""
