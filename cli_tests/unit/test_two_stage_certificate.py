@@ -398,3 +398,16 @@ def test_no_refusal_in_the_specific_regime(n: int, radius: float, ridge: float) 
         w = wts.ebw_weights(a, g, kappa=0.1, m_g=math.sqrt(1 + p), radius=radius, ridge=ridge,
                             arm_totals="sample", certify=True)
         assert abs(w.sum() - n) < 1e-9 * n
+
+
+def test_uncertified_solve_never_refuses() -> None:
+    """Without certification (bound clipped to the caps) a failing stage-1 solve is no refusal."""
+
+    def broken(x: np.ndarray, mu: float):
+        nan = np.full_like(x, np.nan)
+        return math.nan, nan, np.eye(len(x))
+
+    with pytest.raises(wts.SolverError):
+        wts._ball_newton(broken, np.zeros(3), 1.0, what="test")
+    out = wts._ball_newton(broken, np.zeros(3), 1.0, what="test", strict=False)
+    assert np.array_equal(out, np.zeros(3))

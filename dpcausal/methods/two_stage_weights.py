@@ -57,13 +57,27 @@ def ipw_from_scores(a: BoolArray, score: FloatArray) -> FloatArray:
     return normalise(1.0 + np.exp(-signed))
 
 
-def _ball_newton(fun, x0: FloatArray, radius: float, *, what: str) -> FloatArray:
+def _ball_newton(fun, x0: FloatArray, radius: float, *, what: str,
+                 strict: bool = True) -> FloatArray:
     """Minimise a smooth strongly convex f over the ℓ₂ ball ‖x‖ ≤ radius exactly.
 
     ``fun(x, mu)`` returns (value, gradient, Hessian) of f(x) + (mu/2)‖x‖². If the unconstrained
     minimiser lies outside the ball, the KKT condition ∇f(x) + μx = 0 with ‖x‖ = radius is solved by
     bisection on μ ≥ 0 (‖x(μ)‖ decreases in μ), each inner problem by damped Newton.
+    With ``strict=False`` (the weights need no accuracy: the bound in use is the universal cap,
+    valid for ANY weights) non-convergence never raises: the start point x0 (λ = 0: uniform-like
+    weights) is used instead, and any result is made finite and feasible, so no data-dependent
+    refusal exists on that path (never observed; a utility fallback only).
     """
+    if not strict:
+        try:
+            x = _ball_newton(fun, x0, radius, what=what, strict=True)
+        except (SolverError, np.linalg.LinAlgError, FloatingPointError):
+            x = x0
+        if not np.all(np.isfinite(x)):
+            x = x0
+        norm = float(np.linalg.norm(x))
+        return x * (radius / norm) if norm > radius else x
 
     def solve(mu: float, start: FloatArray) -> FloatArray:
         x = start.copy()
@@ -92,9 +106,13 @@ def _ball_newton(fun, x0: FloatArray, radius: float, *, what: str) -> FloatArray
             "made. Try a larger ridge, or report this as a bug"
         )
 
-    x = solve(0.0, x0)
-    if float(np.linalg.norm(x)) <= radius:
-        return x
+    try:
+        x = solve(0.0, x0)
+    except SolverError:  # ill-conditioned at μ = 0 (e.g. curvature ≈ ridge): go to μ > 0
+        x = x0
+    else:
+        if float(np.linalg.norm(x)) <= radius:
+            return x
     lo, hi = 0.0, 1.0
     while float(np.linalg.norm(solve(hi, x))) > radius:
         hi *= 4.0
@@ -241,7 +259,7 @@ def ipw_logit_weights(a: BoolArray, feats: FloatArray, *, radius: float, ridge: 
         hess = (feats.T * (p * (1 - p))) @ feats / n + (ridge + mu) * np.eye(d)
         return val, grad, hess
 
-    lam = _ball_newton(fun, np.zeros(d), radius, what="ipw-logit")
+    lam = _ball_newton(fun, np.zeros(d), radius, what="ipw-logit", strict=certify)
     if certify:
         lam = _certified(fun, lam, radius, ridge, n=n, what="ipw-logit")
     return ipw_from_scores(a, feats @ lam)
@@ -376,7 +394,7 @@ def ebw_weights(a: BoolArray, moments: FloatArray, *, kappa: float, m_g: float, 
         hess = cov + (ridge + mu) * np.eye(d)
         return val, grad, hess
 
-    lam = _ball_newton(fun, np.zeros(d), radius, what="ebw")
+    lam = _ball_newton(fun, np.zeros(d), radius, what="ebw", strict=certify)
     if certify:  # needed only by the method-specific bound (universal holds for any weights)
         lam = _certified(fun, lam, radius, ridge, n=n, what="ebw")
     z = rows @ lam
