@@ -299,35 +299,55 @@ def _mp_logit(feats: np.ndarray, af: np.ndarray, ridge: float):
 
 
 def _mp_minimiser(grad_hess, x0: np.ndarray, radius: float):
-    """The exact ball minimiser to ~40 digits: Newton, then sphere-KKT Newton if outside."""
+    """The exact ball minimiser to ~40 digits, verified by its KKT conditions.
+
+    Interior candidate: Newton from the float solution (must end strictly inside with a ~0
+    gradient); sphere candidate: Newton on ∇f + μx = 0, ‖x‖ = R (must end with μ ≥ 0). The float
+    solution decides which is tried first; the other is the fallback.
+    """
     d = len(x0)
-    lam = [mpmath.mpf(float(v)) for v in x0]
-    for _ in range(60):
-        g, h = grad_hess(lam)
-        step = mpmath.lu_solve(h, mpmath.matrix(g))
-        lam = [lam[j] - step[j] for j in range(d)]
     big_r = mpmath.mpf(radius)
-    if mpmath.sqrt(sum(v * v for v in lam)) <= big_r:
-        return lam
-    nrm = mpmath.sqrt(sum(v * v for v in lam))
-    lam = [v * big_r / nrm for v in lam]
-    g, _ = grad_hess(lam)
-    mu = -sum(a * b for a, b in zip(g, lam, strict=True)) / big_r**2
-    for _ in range(60):
-        g, h = grad_hess(lam)
-        jac = mpmath.matrix(d + 1, d + 1)
-        rhs = mpmath.matrix(d + 1, 1)
-        for j in range(d):
-            for k in range(d):
-                jac[j, k] = h[j, k] + (mu if j == k else 0)
-            jac[j, d] = jac[d, j] = lam[j]
-            rhs[j] = g[j] + mu * lam[j]
-        rhs[d] = (sum(v * v for v in lam) - big_r**2) / 2
-        step = mpmath.lu_solve(jac, rhs)
-        lam = [lam[j] - step[j] for j in range(d)]
-        mu -= step[d]
-    assert mu >= 0
-    return lam
+    tiny = mpmath.mpf(10) ** -35
+
+    def interior():
+        lam = [mpmath.mpf(float(v)) for v in x0]
+        for _ in range(60):
+            g, h = grad_hess(lam)
+            step = mpmath.lu_solve(h, mpmath.matrix(g))
+            lam = [lam[j] - step[j] for j in range(d)]
+        g, _ = grad_hess(lam)
+        ok = (mpmath.sqrt(sum(v * v for v in lam)) <= big_r
+              and mpmath.sqrt(sum(v * v for v in g)) < tiny)
+        return lam if ok else None
+
+    def sphere():
+        nrm = mpmath.sqrt(sum(mpmath.mpf(float(v)) ** 2 for v in x0))
+        lam = [mpmath.mpf(float(v)) * big_r / nrm for v in x0]
+        g, _ = grad_hess(lam)
+        mu = -sum(a * b for a, b in zip(g, lam, strict=True)) / big_r**2
+        for _ in range(60):
+            g, h = grad_hess(lam)
+            jac = mpmath.matrix(d + 1, d + 1)
+            rhs = mpmath.matrix(d + 1, 1)
+            for j in range(d):
+                for k in range(d):
+                    jac[j, k] = h[j, k] + (mu if j == k else 0)
+                jac[j, d] = jac[d, j] = lam[j]
+                rhs[j] = g[j] + mu * lam[j]
+            rhs[d] = (sum(v * v for v in lam) - big_r**2) / 2
+            step = mpmath.lu_solve(jac, rhs)
+            lam = [lam[j] - step[j] for j in range(d)]
+            mu -= step[d]
+        g, _ = grad_hess(lam)
+        res = mpmath.sqrt(sum((g[j] + mu * lam[j]) ** 2 for j in range(d)))
+        return lam if mu >= 0 and res < tiny else None
+
+    on_sphere = float(np.linalg.norm(x0)) > radius * (1 - 1e-6)
+    for attempt in ((sphere, interior) if on_sphere else (interior, sphere)):
+        out = attempt()
+        if out is not None:
+            return out
+    raise AssertionError("the mpmath reference did not verify")
 
 
 @pytest.mark.parametrize(("radius", "ridge"), [(0.3, 1.0), (1.0, 1e-2), (3.0, 1e-4), (0.05, 1e-3),
@@ -411,3 +431,62 @@ def test_uncertified_solve_never_refuses() -> None:
         wts._ball_newton(broken, np.zeros(3), 1.0, what="test")
     out = wts._ball_newton(broken, np.zeros(3), 1.0, what="test", strict=False)
     assert np.array_equal(out, np.zeros(3))
+
+
+def _mp_ebw(rows: np.ndarray, target: np.ndarray, ridge: float):
+    n, d = rows.shape
+    bm = [[mpmath.mpf(float(v)) for v in row] for row in rows]
+    tm = [mpmath.mpf(float(v)) for v in target]
+    rho = mpmath.mpf(ridge)
+
+    def grad_hess(lam):
+        z = [sum(bm[i][j] * lam[j] for j in range(d)) for i in range(n)]
+        zmax = max(z)
+        e = [mpmath.exp(v - zmax) for v in z]
+        tot = sum(e)
+        p = [v / tot for v in e]
+        mean = [sum(p[i] * bm[i][j] for i in range(n)) for j in range(d)]
+        g = [mean[j] - tm[j] + rho * lam[j] for j in range(d)]
+        h = mpmath.matrix(d, d)
+        for j in range(d):
+            for k in range(d):
+                h[j, k] = (sum(p[i] * bm[i][j] * bm[i][k] for i in range(n)) - mean[j] * mean[k]
+                           + (rho if j == k else 0))
+        return g, h
+
+    return grad_hess
+
+
+@pytest.mark.parametrize(("radius", "ridge"), [(0.5, 1.0), (2.0, 1e-3), (5.0, 1e-4)])
+def test_certificate_is_never_optimistic_ebw(radius: float, ridge: float) -> None:
+    mpmath.mp.dps = 50
+    rng = np.random.default_rng(int(100 * radius + 3 / ridge))
+    n, p, kappa = 10, 1, 0.3
+    for _ in range(3):
+        s = rng.uniform(-1, 1, size=(n, p))
+        a = rng.uniform(size=n) < special.expit(4 * s[:, 0])
+        a[0], a[1] = True, False
+        g = np.hstack([np.ones((n, 1)), s])
+        m_g = math.sqrt(g.shape[1])
+        rows = wts.ebw_rows(a, g, kappa, m_g)
+        half = (kappa / m_g) * g.mean(axis=0)
+        target = np.concatenate([half, half])
+        d = rows.shape[1]
+
+        def fun(lam: np.ndarray, mu: float, rows=rows, target=target, d=d):
+            z = rows @ lam
+            pr = np.exp(z - special.logsumexp(z))
+            mean_b = rows.T @ pr
+            hess = (rows.T * pr) @ rows - np.outer(mean_b, mean_b) + (ridge + mu) * np.eye(d)
+            return 0.0, mean_b - target + (ridge + mu) * lam, hess
+
+        lam = wts._ball_newton(fun, np.zeros(d), radius, what="test")
+        exact = _mp_minimiser(_mp_ebw(rows, target, ridge), lam, radius)
+        eps_g = wts.gradient_rounding_allowance(n, d, radius, ridge)
+        points = [lam, wts._certified(fun, lam, radius, ridge, n=n, what="test")]
+        points += [lam + sc * rng.normal(size=d) for sc in (1e-12, 1e-8, 1e-4)]
+        for x in points:
+            x = wts._inside(x, radius)
+            cert = wts.certified_distance(fun(x, 0.0)[1], x, radius, ridge, grad_err=eps_g)
+            true = mpmath.sqrt(sum((mpmath.mpf(float(x[j])) - exact[j]) ** 2 for j in range(d)))
+            assert cert >= float(true), (cert, float(true))
