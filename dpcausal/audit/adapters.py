@@ -71,7 +71,9 @@ ADAPTERS: dict[str, AuditAdapter] = {
     "synth_control": AuditAdapter(synth_control.METHOD, "synth_control",
                                   *synth_control_audit.FUNCTIONS),
     "select_policy": AuditAdapter(select_policy.METHOD, "select_policy", *select_policy_audit.FUNCTIONS),
-    "cate": AuditAdapter(cate.METHOD, "cate", *cate_audit.FUNCTIONS),
+    "cate": AuditAdapter(cate.METHOD, "cate", *cate_audit.FUNCTIONS,
+                         audit_spec=lambda spec: spec.model_copy(
+                             update={"cate": spec.cate.model_copy(update={"plot": False})})),
     "two_stage": AuditAdapter(two_stage.METHOD, "two_stage", *two_stage_audit_adapter.FUNCTIONS),
 }
 """Spec section name → adapter. A command is auditable once it has an adapter here."""

@@ -46,6 +46,9 @@ class AuditAdapter:
     neighbours: Callable[[Any, pd.DataFrame, np.random.Generator, int], Iterator[Pair]]
     pre_noise: Callable[[Any, pd.DataFrame, PrivacyPlan, dict[str, pd.DataFrame]], dict[str, FloatArray]]
     output_vector: Callable[[Release], FloatArray]
+    audit_spec: Callable[[Any], Any] | None = None
+    """Optional: the spec to audit with, e.g. without figures (post-processing only: the released
+    numbers, and so the privacy loss, are unchanged)."""
 
 
 @dataclass

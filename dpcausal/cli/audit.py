@@ -130,6 +130,8 @@ def privacy_cmd(
         adapter = ADAPTERS[sections[0]]
         model, _ = load_spec(spec, adapter.method.spec_model)
         model = model.with_overrides(data=data)
+        if adapter.audit_spec is not None:
+            model = adapter.audit_spec(model)
         rng = np.random.default_rng(seed)
         side = load_side_inputs(adapter.method, model)
         if data is not None:
