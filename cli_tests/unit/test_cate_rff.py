@@ -13,9 +13,9 @@ from dpcausal.learners.dp_logistic import PropensityModel
 from dpcausal.learners.dp_ridge import OutcomeModel
 from dpcausal.mechanisms import GaussianProcessMechanism
 from dpcausal.mechanisms.gaussian_process import gaussian_kernel
-from dpcausal.methods import cate
-from dpcausal.methods.cate_krr import huber_value
-from dpcausal.methods.cate_rff import FourierFeatures, fit_rff
+from dpcausal.methods import cate, cate_rff
+from dpcausal.methods.cate_krr import huber_value, pseudo_outcomes
+from dpcausal.methods.cate_rff import FourierFeatures, fit_rff, fit_rff_streaming
 from dpcausal.methods.cate_setup import build_setup
 
 
@@ -90,3 +90,82 @@ def test_rff_release_document_reproduces_the_table() -> None:
     assert np.allclose(zeta @ np.array(doc["weights"]), table["cate"])
     with pytest.raises(ValueError, match="function-mode"):
         make_spec(features="rff", mode="queries")
+
+
+def _dense_reference_fit(z: np.ndarray, rho: np.ndarray, phi: np.ndarray, lam0: float,
+                         c: float | None, grad_tol: float) -> np.ndarray:
+    """The pre-streaming solver (all of Z in memory, Hessian rebuilt each iteration), verbatim."""
+    from dpcausal.methods.cate_krr import huber_derivative
+
+    n, p = z.shape
+
+    def obj(w: np.ndarray) -> float:
+        return float(rho @ huber_value(z @ w - phi, c)) / n + lam0 * float(w @ w)
+
+    w = np.zeros(p)
+    val = obj(w)
+    for _ in range(100):
+        r = z @ w - phi
+        inside = np.ones(n, dtype=bool) if c is None else np.abs(r) <= c
+        zs, ws = z[inside], rho[inside]
+        lhs = (zs * ws[:, None]).T @ zs / n + lam0 * np.eye(p)
+        rhs = zs.T @ (ws * phi[inside]) / n
+        if c is not None and not inside.all():
+            out = ~inside
+            rhs -= c * z[out].T @ (rho[out] * np.sign(r[out])) / n
+        step = np.linalg.solve(lhs, rhs) - w
+        t = 1.0
+        while True:
+            cand = w + t * step
+            cval = obj(cand)
+            if cval <= val + 1e-12 * abs(val) or t < 1e-8:
+                break
+            t *= 0.5
+        w, val = cand, cval
+        grad = z.T @ (rho * huber_derivative(z @ w - phi, c)) / n + 2.0 * lam0 * w
+        if np.linalg.norm(grad) <= grad_tol:
+            return w
+    raise AssertionError("reference did not converge")
+
+
+@pytest.mark.parametrize("huber_c", [None, 1.5])
+def test_streamed_fit_equals_the_in_memory_fit(huber_c: float | None) -> None:
+    rng = np.random.default_rng(11)
+    n = 1003
+    feats = FourierFeatures.draw(3, 40, 0.5, seed=12)
+    s = rng.uniform(size=(n, 3))
+    rho, phi = rng.uniform(0.05, 0.9, n), 3.0 * rng.standard_cauchy(n)
+    ref = _dense_reference_fit(feats.transform(s), rho, phi, 0.01, huber_c, 1e-11)
+    for rows, cache_mb in ((97, 0.0), (97, 0.1), (5000, 0.0)):
+        fit = fit_rff_streaming(feats, s, rho, phi, lam0=0.01, huber_c=huber_c, grad_tol=1e-11,
+                                rows=rows, cache_mb=cache_mb)
+        assert np.allclose(fit.w, ref, rtol=0, atol=1e-9)
+    assert np.allclose(feats.evaluate(s, ref), feats.transform(s) @ ref, rtol=0, atol=1e-12)
+
+
+def test_streamed_release_equals_the_in_memory_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same data, same noise seed: the streamed pipeline releases what the in-memory one did."""
+    frame = dataset1(700, 13)
+    spec = make_spec(features="rff", rff_dim=30, privacy={"epsilon": 3.0})
+    pl = cate.plan(spec, len(frame), {}, rng=np.random.default_rng(0))
+    monkeypatch.setattr(cate_rff, "BLOCK_BYTES", 8 * 60 * 41)  # 41-row blocks
+    monkeypatch.setattr(cate_rff, "CACHE_MB", 0.0)
+    rel = cate.run(spec, frame, pl, {}, rng=np.random.default_rng(0),
+                   noise_rng=np.random.default_rng(9))
+    streamed = rel.tables["cate"]["cate"].to_numpy()
+    # the in-memory path, step by step
+    setup = build_setup(spec, len(frame))
+    data = cate.prepare(spec, setup, frame)
+    noise = np.random.default_rng(9)
+    prop_l, out_l = cate.nuisance_learners(spec, setup)
+    prop = prop_l.fit(data.x1, data.a1, clip=setup.kappa, noise_rng=noise)
+    outm = out_l.fit(data.x1, data.a1, data.y1, noise_rng=noise)
+    rho, phi = pseudo_outcomes(setup.learner, data.a2, data.y2, prop.predict(data.x2),
+                               outm.predict(data.x2, 0), outm.predict(data.x2, 1))
+    feats = cate.rff_features(spec, setup)
+    w = _dense_reference_fit(feats.transform(setup.box.unit(data.x2)), rho, phi, setup.lam0,
+                             setup.huber_c, setup.grad_tol)
+    weights = cate.function_mechanism(spec, setup).release_weights(w, rng=noise)
+    table = rel.tables["cate"]
+    sq = setup.box.unit(table[["x0", "x1"]].to_numpy())
+    assert np.allclose(streamed, feats.transform(sq) @ weights, rtol=0, atol=1e-9)

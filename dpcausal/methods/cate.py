@@ -37,7 +37,7 @@ from dpcausal.methods.cate_krr import (
     residual_bound,
 )
 from dpcausal.methods.cate_plot import plot_png
-from dpcausal.methods.cate_rff import FourierFeatures, fit_rff
+from dpcausal.methods.cate_rff import FourierFeatures, fit_rff_streaming
 from dpcausal.methods.cate_setup import (
     NUISANCE_PART,
     SECOND_PART,
@@ -327,13 +327,13 @@ def second_stage_rff(setup: CateSetup, feats: FourierFeatures, prop: PropensityM
     Sensitivity: J(w) = (1/n)Σ ρ_i ℓ_c(wᵀζ_i − φ_i) + λ0‖w‖² is 2λ0-strongly convex in w and each
     record's gradient ρℓ′ζ has norm ≤ L_w (‖ζ‖ = 1), so ‖ŵ_D − ŵ_D′‖₂ ≤ L_w/(λ0 n) — the same Δ as
     the exact kernel (plus tol/λ0 for the solver). The release is
-    :meth:`GaussianProcessMechanism.release_weights` with that Δ.
+    :meth:`GaussianProcessMechanism.release_weights` with that Δ. Streams: ζ is computed in row
+    blocks, never as an n × 2m matrix.
     """
     pi = prop.predict(x)
     rho, phi = pseudo_outcomes(setup.learner, a, y, pi, outm.predict(x, 0), outm.predict(x, 1))
-    z = feats.transform(setup.box.unit(x))
-    return fit_rff(z, rho, phi, lam0=setup.lam0, huber_c=setup.huber_c,
-                   grad_tol=setup.grad_tol).w
+    return fit_rff_streaming(feats, setup.box.unit(x), rho, phi, lam0=setup.lam0,
+                             huber_c=setup.huber_c, grad_tol=setup.grad_tol).w
 
 
 def function_document(spec: CateSpec, setup: CateSetup, weights: FloatArray) -> dict[str, Any]:
@@ -386,7 +386,7 @@ def run(spec: CateSpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, 
         w_hat = second_stage_rff(setup, feats, prop, outm, data.x2, data.a2, data.y2)
         weights = function_mechanism(spec, setup).release_weights(w_hat, rng=noise_rng)
         del w_hat
-        tau = feats.transform(sq) @ weights
+        tau = feats.evaluate(sq, weights)
     else:
         fit, rho, _ = second_stage(setup, prop, outm, data.x2, data.a2, data.y2)
         g_q = fit.predict(sq)
