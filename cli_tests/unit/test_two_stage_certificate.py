@@ -232,6 +232,8 @@ def test_certificate_runs_only_when_the_specific_bound_is_used(
     setup = ts.build_setup(spec)
     data = ts.prepare(spec, setup, frame(n), spec.data.path)
     assert ts.stability_bounds(spec, setup, n).method_specific("safe") is specific
+    plan = ts.plan(spec, n, {}, rng=np.random.default_rng(0))
+    assert plan.details["stage1_certified"] is specific
     calls: list[int] = []
     real = wts._certified
 

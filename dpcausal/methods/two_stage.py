@@ -252,6 +252,10 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
         "expected_noise_norm": cal.expected_noise_norm, "noise_to_signal": rho,
         "zeta": cal.zeta, "W1s_bar": bounds.w1s, "W2aug_bar": bounds.w2aug,
         "stability": bounds.to_dict(),
+        # public: whether stage 1 must certify its accuracy (only when the bound in use is
+        # method-specific; a clipped-to-universal bound holds for any weights)
+        "stage1_certified": (sec.sensitivity == "method" and sec.weights in ("ipw-logit", "ebw")
+                             and bounds.method_specific(sec.calibration)),
     }
     if rho > 1.0:
         details["warning"] = (f"noise-to-signal ratio {rho:.3g} > 1: the released rule is likely "
