@@ -4,8 +4,10 @@
                                     [--features exact|rff] [--rff-dim 500]
 
 Runs the real CLI in a subprocess on a generated file (Dataset-1-like DGP with 5 covariates) and
-reports wall time and the child's peak RSS (getrusage). The second stage solves an n × n kernel
-system with n = rows/2 (exact Huber KRR: O(n³) per active-set iteration, n² memory).
+reports wall time, the child's CPU time and peak RSS (getrusage). The exact second stage solves an
+n × n kernel system with n = rows/2 (O(n³) per active-set iteration, n² memory); ``--features rff``
+streams the random features in row blocks (bounded memory), e.g. ``--features rff --rows 1000000``
+(δ = min(1e-6, 0.1/rows)).
 """
 
 from __future__ import annotations
