@@ -29,11 +29,9 @@ from dpcausal.methods.select_policy import (
     Setup,
     _covariates,
     build_setup,
-    choice_mechanism,
-    selection_document,
+    release_selection,
     split_indices,
     treated_indicator,
-    value_mechanism,
 )
 from dpcausal.methods.select_policy_scores import (
     Nuisance,
@@ -132,21 +130,12 @@ def compute_utilities(spec: SelectPolicySpec, setup: Setup, engine: Engine,
 def run(spec: SelectPolicySpec, engine: Engine, plan: PrivacyPlan, side: dict[str, Any], *,
         rng: np.random.Generator, noise_rng: np.random.Generator) -> Release:
     """As ``select_policy.run``, with the utilities computed on the engine."""
-    sec = spec.select_policy
     setup = build_setup(spec, engine.n_rows, side)
     if setup.library.sha256 != plan.details["library_sha256"]:
         raise SpecError("the policy library changed between the plan and the run; rerun")
     utilities = compute_utilities(spec, setup, engine, side)
-    k = choice_mechanism(setup, spec.privacy.epsilon).release(utilities, rng=noise_rng)
-    value_doc = None
-    if sec.value_release is not None:
-        mech = value_mechanism(setup, sec.value_release.epsilon)
-        noisy = float(mech.release(np.array([utilities[k] / setup.n]), rng=noise_rng)[0])
-        value_doc = {"value": noisy, "epsilon": mech.epsilon, "sensitivity": mech.l1_sensitivity,
-                     "laplace_scale": mech.scale,
-                     "estimand": "DR (AIPW) mean over the scoring block, V = U/n"}
+    doc, value_doc = release_selection(spec, setup, utilities, plan, noise_rng=noise_rng)
     del utilities
-    doc = selection_document(spec, setup, k, plan, value_doc)
     summary: dict[str, Any] = {"selected_policy": doc["selected"]["name"],
                                "library_size": setup.library.size, "delta": setup.delta,
                                "engine": engine.description, "data_passes": engine.passes}

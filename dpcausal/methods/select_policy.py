@@ -333,14 +333,15 @@ def compute_utilities(spec: SelectPolicySpec, setup: Setup, frame: pd.DataFrame,
                              chunk_rows=sec.chunk_rows)
 
 
-def run(spec: SelectPolicySpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, Any], *,
-        rng: np.random.Generator, noise_rng: np.random.Generator) -> Release:
-    """Score every policy, release one by the exponential mechanism (and optionally its value)."""
+def release_selection(spec: SelectPolicySpec, setup: Setup, utilities: npt.NDArray[np.float64],
+                      plan: PrivacyPlan, *, noise_rng: np.random.Generator
+                      ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The private steps, shared by every engine: pick a policy by the exponential mechanism over
+    ``utilities`` and, if asked, release its value by the Laplace mechanism.
+
+    Returns the selection document and the value document (or None).
+    """
     sec = spec.select_policy
-    setup = build_setup(spec, len(frame), side)
-    if setup.library.sha256 != plan.details["library_sha256"]:
-        raise SpecError("the policy library changed between the plan and the run; rerun")
-    utilities = compute_utilities(spec, setup, frame, side)
     k = choice_mechanism(setup, spec.privacy.epsilon).release(utilities, rng=noise_rng)
     value_doc = None
     if sec.value_release is not None:
@@ -349,8 +350,18 @@ def run(spec: SelectPolicySpec, frame: pd.DataFrame, plan: PrivacyPlan, side: di
         value_doc = {"value": noisy, "epsilon": mech.epsilon, "sensitivity": mech.l1_sensitivity,
                      "laplace_scale": mech.scale,
                      "estimand": "DR (AIPW) mean over the scoring block, V = U/n"}
+    return selection_document(spec, setup, k, plan, value_doc), value_doc
+
+
+def run(spec: SelectPolicySpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, Any], *,
+        rng: np.random.Generator, noise_rng: np.random.Generator) -> Release:
+    """Score every policy, release one by the exponential mechanism (and optionally its value)."""
+    setup = build_setup(spec, len(frame), side)
+    if setup.library.sha256 != plan.details["library_sha256"]:
+        raise SpecError("the policy library changed between the plan and the run; rerun")
+    utilities = compute_utilities(spec, setup, frame, side)
+    doc, value_doc = release_selection(spec, setup, utilities, plan, noise_rng=noise_rng)
     del utilities
-    doc = selection_document(spec, setup, k, plan, value_doc)
     summary: dict[str, Any] = {"selected_policy": doc["selected"]["name"],
                                "library_size": setup.library.size, "delta": setup.delta}
     if value_doc is not None:
