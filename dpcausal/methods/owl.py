@@ -18,16 +18,21 @@ import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.errors import DataError, MissingBoundsError, SpecError
-from dpcausal.io.tables import numeric_column, numeric_columns, numeric_matrix, same_file
+from dpcausal.io.tables import numeric_column, numeric_columns, same_file
 from dpcausal.mechanisms import L2LaplaceMechanism
 from dpcausal.methods._arms import label_matches, treated_mask
 from dpcausal.methods.base import MethodDef, Release, SideInput
-from dpcausal.methods.owl_features import FeatureMap, random_fourier_projection
+from dpcausal.methods.owl_features import (
+    RULE_FORMAT_VERSION,
+    FeatureMap,
+    apply_linear_rule,
+    load_linear_rule,
+    random_fourier_projection,
+)
 from dpcausal.solvers.erm import HuberHinge, solve_weighted_erm
 from dpcausal.spec.owl import OwlSection, OwlSpec, PropensityColumn, RffSpec, TuneSpec
 
 FloatArray = npt.NDArray[np.float64]
-RULE_FORMAT_VERSION = 1
 GRAD_TOL_PER_W = 1e-6
 """The solver stops at ‖∇G‖ ≤ τ = 1e-6·W (sum form); Δ then carries the slack 2τ/γ."""
 
@@ -321,33 +326,13 @@ def rule_document(spec: OwlSpec, setup: OwlSetup, theta: FloatArray,
 
 
 def load_rule(doc: Any, path: Path) -> tuple[FeatureMap, FloatArray, dict[str, Any]]:
-    """Validate a rule document; return its feature map, θ and arms."""
-    try:
-        if doc.get("command") != "owl" or doc.get("format_version") != RULE_FORMAT_VERSION:
-            raise ValueError("not an owl rule of format_version 1")
-        fmap = FeatureMap.from_dict(doc["feature_map"])
-        theta = np.asarray(doc["theta"], dtype=np.float64)
-        if theta.shape != (fmap.dim,) or not np.all(np.isfinite(theta)):
-            raise ValueError(f"theta must hold {fmap.dim} finite numbers")
-        arms = dict(doc["arms"])
-        _ = arms["treated"], arms["control"]
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise DataError(f"{path}: not a valid dpcausal owl rule file ({exc})") from exc
-    return fmap, theta, arms
+    """Validate an owl rule document; return its feature map, θ and arms."""
+    return load_linear_rule(doc, path, "owl")
 
 
 def apply_rule(doc: dict[str, Any], frame: pd.DataFrame, path: Path | None) -> pd.DataFrame:
     """Return ``frame`` plus a ``recommended`` column holding each row's arm label."""
-    fmap, theta, arms = load_rule(doc, Path(str(path)))
-    missing = [c for c in fmap.names if c not in frame.columns]
-    if missing:
-        raise DataError(f"{path}: covariate column(s) {', '.join(missing)} of the rule not found")
-    x = numeric_matrix(frame, list(fmap.names), path)
-    rec = recommend(fmap, theta, x)
-    out = frame.copy()
-    labels = np.array([arms["control"], arms["treated"]], dtype=object)
-    out["recommended"] = pd.Series(labels[rec.astype(int)], index=out.index).infer_objects()
-    return out
+    return apply_linear_rule(doc, frame, path, "owl")
 
 
 def tune_gamma(spec: OwlSpec, setup: OwlSetup, public: pd.DataFrame, *, n: int,

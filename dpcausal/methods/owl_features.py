@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
+
+from dpcausal.errors import DataError
+from dpcausal.io.tables import numeric_matrix
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -188,3 +193,40 @@ def random_fourier_projection(
     omega = rng.normal(0.0, 1.0 / bandwidth, size=(n_features, dim))
     offset = rng.uniform(-math.pi, math.pi, size=dim)
     return omega, offset
+
+
+RULE_FORMAT_VERSION = 1
+"""Format of the linear rule files written by ``owl`` and ``two-stage``."""
+
+
+def load_linear_rule(doc: Any, path: Path, command: str) -> tuple[FeatureMap, FloatArray, dict[str, Any]]:
+    """Validate a released rule file of ``command``; return its feature map, θ and arm labels."""
+    try:
+        if doc.get("command") != command or doc.get("format_version") != RULE_FORMAT_VERSION:
+            raise ValueError(f"not a {command} rule of format_version {RULE_FORMAT_VERSION}")
+        fmap = FeatureMap.from_dict(doc["feature_map"])
+        theta = np.asarray(doc["theta"], dtype=np.float64)
+        if theta.shape != (fmap.dim,) or not np.all(np.isfinite(theta)):
+            raise ValueError(f"theta must hold {fmap.dim} finite numbers")
+        arms = dict(doc["arms"])
+        _ = arms["treated"], arms["control"]
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"{path}: not a valid dpcausal {command} rule file ({exc})") from exc
+    return fmap, theta, arms
+
+
+def apply_linear_rule(doc: Any, frame: pd.DataFrame, path: Path | None,
+                      command: str) -> pd.DataFrame:
+    """``frame`` plus a ``recommended`` column: the treated label where v(x)·θ > 0, else control.
+
+    Post-processing of a released θ: covariates are clipped and mapped exactly as in training.
+    """
+    fmap, theta, arms = load_linear_rule(doc, Path(str(path)), command)
+    missing = [c for c in fmap.names if c not in frame.columns]
+    if missing:
+        raise DataError(f"{path}: covariate column(s) {', '.join(missing)} of the rule not found")
+    rec = fmap.transform(numeric_matrix(frame, list(fmap.names), path)) @ theta > 0.0
+    out = frame.copy()
+    labels = np.array([arms["control"], arms["treated"]], dtype=object)
+    out["recommended"] = pd.Series(labels[rec.astype(int)], index=out.index).infer_objects()
+    return out

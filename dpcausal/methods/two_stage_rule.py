@@ -10,14 +10,16 @@ import numpy.typing as npt
 import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
-from dpcausal.errors import DataError
-from dpcausal.io.tables import numeric_column
-from dpcausal.methods.owl_features import FeatureMap
+from dpcausal.methods.owl_features import (
+    RULE_FORMAT_VERSION,
+    FeatureMap,
+    apply_linear_rule,
+    load_linear_rule,
+)
 from dpcausal.methods.two_stage_data import M_X, TwoStageSetup
 from dpcausal.spec.two_stage import TwoStageSpec
 
 FloatArray = npt.NDArray[np.float64]
-RULE_FORMAT_VERSION = 1
 
 
 def rule_document(spec: TwoStageSpec, setup: TwoStageSetup, theta: FloatArray,
@@ -51,30 +53,10 @@ def rule_document(spec: TwoStageSpec, setup: TwoStageSetup, theta: FloatArray,
 
 
 def load_rule(doc: Any, path: Path) -> tuple[FeatureMap, FloatArray, dict[str, Any]]:
-    """Validate a rule document; return its feature map, θ and arms."""
-    try:
-        if doc.get("command") != "two-stage" or doc.get("format_version") != RULE_FORMAT_VERSION:
-            raise ValueError("not a two-stage rule of format_version 1")
-        fmap = FeatureMap.from_dict(doc["feature_map"])
-        theta = np.asarray(doc["theta"], dtype=np.float64)
-        if theta.shape != (fmap.dim,) or not np.all(np.isfinite(theta)):
-            raise ValueError(f"theta must hold {fmap.dim} finite numbers")
-        arms = dict(doc["arms"])
-        _ = arms["treated"], arms["control"]
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise DataError(f"{path}: not a valid dpcausal two-stage rule file ({exc})") from exc
-    return fmap, theta, arms
+    """Validate a two-stage rule document; return its feature map, θ and arms."""
+    return load_linear_rule(doc, path, "two-stage")
 
 
 def apply_rule(doc: dict[str, Any], frame: pd.DataFrame, path: Path | None) -> pd.DataFrame:
     """Return ``frame`` plus a ``recommended`` column (post-processing of the released θ)."""
-    fmap, theta, arms = load_rule(doc, Path(str(path)))
-    missing = [c for c in fmap.names if c not in frame.columns]
-    if missing:
-        raise DataError(f"{path}: covariate column(s) {', '.join(missing)} of the rule not found")
-    x = np.column_stack([numeric_column(frame, c, path) for c in fmap.names])
-    rec = fmap.transform(x) @ theta > 0.0
-    out = frame.copy()
-    labels = np.array([arms["control"], arms["treated"]], dtype=object)
-    out["recommended"] = pd.Series(labels[rec.astype(int)], index=out.index).infer_objects()
-    return out
+    return apply_linear_rule(doc, frame, path, "two-stage")
