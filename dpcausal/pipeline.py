@@ -169,6 +169,7 @@ def execute(
 
     out_dir = Path(spec.output.dir)
     check_writable_dir(out_dir)
+    engine_record = None
     if engine_run is None:
         frame = tables.read_table(spec.data.path, method.data_columns(spec))
     if test_noise_seed is not None:
@@ -184,6 +185,8 @@ def execute(
         assert spec.engine is not None
         with open_engine(spec.engine, info, method.data_columns(spec)) as engine:
             release = engine_run(spec, engine, plan, side, rng=rng, noise_rng=noise_rng)
+            engine_record = {"kind": spec.engine.kind, "description": engine.description,
+                             "data_passes": engine.passes}
     files = render_release(release, parquet=info.format == "parquet")
     for name in [*files, "receipt.json"]:
         if (out_dir / name).is_dir():
@@ -195,6 +198,7 @@ def execute(
         outputs={name: sha256_bytes(data) for name, data in files.items()},
         seeded_noise=test_noise_seed is not None,
         dataset=spec.ledger.dataset if spec.ledger else None,
+        engine=engine_record,
     )
     if ledger is not None and spec.ledger is not None and cap is not None:
         receipt = ledger.append(receipt, dataset=spec.ledger.dataset, cap=cap, requested=plan.cost)

@@ -104,6 +104,27 @@ def test_engines_give_the_same_release_whatever_the_partitioning(
         np.testing.assert_allclose(theta, reference, rtol=0, atol=1e-9, err_msg=name)
 
 
+def test_the_receipt_records_where_the_data_passes_ran(tmp_path: Path, cluster: Any) -> None:
+    frame = _frame()
+    parts = _write_parts(frame, tmp_path / "p", n_files=2, row_group=500)
+    spec = _spec(tmp_path, parts)
+    receipts = {}
+    for name, extra in (("memory", []), ("local", ["--engine", "local"]),
+                        ("dask", ["--engine-address", cluster.scheduler_address])):
+        res = invoke(["owl", "--spec", spec, "--json", *extra])
+        assert res.exit_code == 0, res.stdout + res.stderr
+        receipts[name] = read_json(tmp_path / "out" / "receipt.json")
+    assert "engine" not in receipts["memory"]
+    assert receipts["local"]["engine"]["kind"] == "local"
+    assert receipts["dask"]["engine"]["kind"] == "dask"
+    assert "2 workers" in receipts["dask"]["engine"]["description"]
+    for name in ("local", "dask"):
+        assert receipts[name]["engine"]["data_passes"] >= 2
+        assert receipts[name]["dp_guarantee"] is True
+    ver = invoke(["audit", "verify", "--receipt", tmp_path / "out" / "receipt.json"])
+    assert ver.exit_code == 0, ver.stdout + ver.stderr
+
+
 def test_warm_start_uses_the_same_public_rows_on_every_engine(
     tmp_path: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -43,6 +43,7 @@ def build_receipt(
     outputs: dict[str, str],
     seeded_noise: bool,
     dataset: str | None = None,
+    engine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Return a receipt without its ledger fields (``ledger``, ``prev_hash``, ``hash``).
 
@@ -58,10 +59,13 @@ def build_receipt(
         True when the noise came from a test seed: the receipt then carries no DP guarantee.
     dataset
         The ledger's dataset label, if any.
+    engine
+        Where the data passes ran, when an engine did (``kind``, ``description``, ``data_passes``);
+        the key is absent for the in-memory path. Public facts about the computation only.
     """
     cost = plan.cost
     dp = plan.dp_guarantee and not seeded_noise
-    return {
+    receipt = {
         "schema_version": SCHEMA_VERSION,
         "tool": "dpcausal",
         "version": __version__,
@@ -81,6 +85,9 @@ def build_receipt(
         "outputs": [{"path": p, "sha256": h} for p, h in outputs.items()],
         "rng": "seeded-test" if seeded_noise else "os-entropy",
     }
+    if engine is not None:
+        receipt["engine"] = engine
+    return receipt
 
 
 def finalize(receipt: dict[str, Any], prev_hash: str | None) -> dict[str, Any]:
