@@ -111,9 +111,9 @@ def test_engine_spec_and_overrides() -> None:
 
 
 def test_commands_without_an_engine_path_are_refused() -> None:
-    assert callable(runner_for("owl"))
+    assert callable(runner_for("owl")) and callable(runner_for("cate"))
     with pytest.raises(SpecError, match="no engine path"):
-        runner_for("cate")
+        runner_for("synth-control")
 
 
 @pytest.mark.parametrize("cache_batches", [0, 2, 100])

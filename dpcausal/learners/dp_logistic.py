@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +32,48 @@ class PropensityModel:
         return np.clip(p, self.clip, 1.0 - self.clip)
 
 
+LINE_STEPS = 0.5 ** np.arange(35)
+"""The backtracking step lengths 1, ½, …, 2⁻³⁴ (the first below 1e-10, where the search stops)."""
+
+GradHess = Callable[[FloatArray], tuple[FloatArray, FloatArray]]
+"""θ ↦ (Σ (σ(θᵀx̃_i) − A_i) x̃_i, Σ σ(1 − σ) x̃_i x̃_iᵀ): the data sums of the gradient and Hessian."""
+LineSearch = Callable[[FloatArray, FloatArray, float, float], tuple[FloatArray, float]]
+"""(θ, step, F(θ), ∇F·step) ↦ (θ − t·step, F(θ − t·step)) for the first accepted t of LINE_STEPS."""
+
+
+def armijo_accepts(cval: float, val: float, t: float, slope: float) -> bool:
+    """The line-search rule: sufficient decrease (up to float precision), or the last step."""
+    slack = 1e-14 * max(1.0, abs(val))  # objective differences below float precision
+    return cval <= val - 1e-4 * t * slope + slack or t < 1e-10
+
+
+def newton_logistic(grad_hess: GradHess, line_search: LineSearch, *, d: int, m: int, l2: float,
+                    val: float, grad_tol: float = GRAD_TOL) -> FloatArray:
+    """Damped Newton from θ = 0 to ‖∇F‖ ≤ ``grad_tol``, with the data sums supplied by callbacks
+    (in memory, or over an engine's passes): the same iterates and the same stopping certificate.
+
+    Raises
+    ------
+    SolverError
+        When ‖∇F‖ ≤ ``grad_tol`` is not reached (the sensitivity assumes it).
+    """
+    theta = np.zeros(d)
+    for _ in range(200):
+        g_sum, h_sum = grad_hess(theta)
+        grad = g_sum / m + l2 * theta
+        if float(np.linalg.norm(grad)) <= grad_tol:
+            return theta
+        hess = h_sum / m + l2 * np.eye(d)
+        step = np.linalg.solve(hess, grad)
+        theta, val = line_search(theta, step, val, float(grad @ step))
+    g_sum, _ = grad_hess(theta)
+    gnorm = float(np.linalg.norm(g_sum / m + l2 * theta))
+    if gnorm <= grad_tol:
+        return theta
+    raise SolverError(f"the DP logistic propensity solve stopped at gradient norm {gnorm:.3g} > "
+                      f"{grad_tol:.3g}; raise cate.nuisance.propensity_l2")
+
+
 def fit_logistic(xt: FloatArray, a: FloatArray, l2: float, *, grad_tol: float = GRAD_TOL
                  ) -> FloatArray:
     """θ̂ = argmin (1/m) Σ [log(1 + e^{θᵀx̃}) − A θᵀx̃] + (l2/2)‖θ‖² by damped Newton.
@@ -41,36 +84,27 @@ def fit_logistic(xt: FloatArray, a: FloatArray, l2: float, *, grad_tol: float = 
         When ‖∇F‖ ≤ ``grad_tol`` is not reached (the sensitivity assumes it).
     """
     m, d = xt.shape
-    theta = np.zeros(d)
 
     def obj(t: FloatArray) -> float:
         z = xt @ t
         loss = -np.where(a > 0.5, log_expit(z), log_expit(-z))
         return float(loss.mean()) + 0.5 * l2 * float(t @ t)
 
-    val = obj(theta)
-    for _ in range(200):
+    def grad_hess(theta: FloatArray) -> tuple[FloatArray, FloatArray]:
         p = expit(xt @ theta)
-        grad = xt.T @ (p - a) / m + l2 * theta
-        if float(np.linalg.norm(grad)) <= grad_tol:
-            return theta
-        hess = (xt * (p * (1 - p))[:, None]).T @ xt / m + l2 * np.eye(d)
-        step = np.linalg.solve(hess, grad)
-        t = 1.0
-        slack = 1e-14 * max(1.0, abs(val))  # objective differences below float precision
-        while True:
+        return xt.T @ (p - a), (xt * (p * (1 - p))[:, None]).T @ xt
+
+    def line_search(theta: FloatArray, step: FloatArray, val: float, slope: float
+                    ) -> tuple[FloatArray, float]:
+        for t in LINE_STEPS:
             cand = theta - t * step
             cval = obj(cand)
-            if cval <= val - 1e-4 * t * float(grad @ step) + slack or t < 1e-10:
+            if armijo_accepts(cval, val, float(t), slope):
                 break
-            t *= 0.5
-        theta, val = cand, cval
-    p = expit(xt @ theta)
-    gnorm = float(np.linalg.norm(xt.T @ (p - a) / m + l2 * theta))
-    if gnorm <= grad_tol:
-        return theta
-    raise SolverError(f"the DP logistic propensity solve stopped at gradient norm {gnorm:.3g} > "
-                      f"{grad_tol:.3g}; raise cate.nuisance.propensity_l2")
+        return cand, cval
+
+    return newton_logistic(grad_hess, line_search, d=d, m=m, l2=l2, val=obj(np.zeros(d)),
+                           grad_tol=grad_tol)
 
 
 @dataclass(frozen=True)
@@ -113,5 +147,10 @@ class DPLogistic:
     def fit(self, x: FloatArray, a: FloatArray, *, clip: float,
             noise_rng: np.random.Generator) -> PropensityModel:
         """Fit and release a DP propensity model (clipped to [κ, 1 − κ] when predicting)."""
-        theta = self.mechanism().release(self.fit_nonprivate(x, a), rng=noise_rng)
+        return self.release(self.fit_nonprivate(x, a), clip=clip, noise_rng=noise_rng)
+
+    def release(self, theta_hat: FloatArray, *, clip: float,
+                noise_rng: np.random.Generator) -> PropensityModel:
+        """Perturb a certified θ̂ (‖∇F(θ̂)‖ ≤ GRAD_TOL on the m records) once: the DP model."""
+        theta = self.mechanism().release(theta_hat, rng=noise_rng)
         return PropensityModel(self.features, theta, clip)

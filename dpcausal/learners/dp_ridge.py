@@ -31,22 +31,46 @@ class OutcomeModel:
         return np.clip(self.center + self.features.transform(x) @ self.theta[arm], *self.y_bounds)
 
 
-def fit_ridge_arms(xt: FloatArray, a: FloatArray, r: FloatArray, l2: float) -> FloatArray:
-    """θ̂_a = argmin (1/m) Σ 1{A_i = a} ½(θᵀx̃_i − r_i)² + (λ/2)‖θ‖², a = 0, 1 (closed form)."""
-    m, d = xt.shape
-    out = np.empty((2, d))
+def arm_sums(xt: FloatArray, a: FloatArray, r: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The sufficient statistics per arm: (Σ_{A_i=a} x̃_i x̃_iᵀ, Σ_{A_i=a} r_i x̃_i), shapes (2, d, d)
+    and (2, d). Sums over disjoint row sets add up to the sums over their union."""
+    d = xt.shape[1]
+    grams, rhs = np.empty((2, d, d)), np.empty((2, d))
     for arm in (0, 1):
         w = (a == arm).astype(np.float64)
-        gram = (xt * w[:, None]).T @ xt / m + l2 * np.eye(d)
-        rhs = xt.T @ (w * r) / m
-        theta = np.linalg.solve(gram, rhs)
-        grad = gram @ theta - rhs
+        grams[arm] = (xt * w[:, None]).T @ xt
+        rhs[arm] = xt.T @ (w * r)
+    return grams, rhs
+
+
+def solve_ridge_arms(grams: FloatArray, rhs: FloatArray, m: int, l2: float) -> FloatArray:
+    """θ̂_a from the per-arm sums of :func:`arm_sums` over the m records, each checked to
+    ‖∇F_a(θ̂_a)‖ ≤ GRAD_TOL (the sensitivity assumes it).
+
+    Raises
+    ------
+    SolverError
+        When an arm's gradient check fails.
+    """
+    d = rhs.shape[1]
+    out = np.empty((2, d))
+    for arm in (0, 1):
+        gram = grams[arm] / m + l2 * np.eye(d)
+        b = rhs[arm] / m
+        theta = np.linalg.solve(gram, b)
+        grad = gram @ theta - b
         gnorm = float(np.linalg.norm(grad))
         if gnorm > GRAD_TOL:
             raise SolverError(f"the DP ridge solve for arm {arm} reached gradient norm {gnorm:.3g} > "
                               f"{GRAD_TOL:.3g}; raise cate.nuisance.outcome_l2")
         out[arm] = theta
     return out
+
+
+def fit_ridge_arms(xt: FloatArray, a: FloatArray, r: FloatArray, l2: float) -> FloatArray:
+    """θ̂_a = argmin (1/m) Σ 1{A_i = a} ½(θᵀx̃_i − r_i)² + (λ/2)‖θ‖², a = 0, 1 (closed form)."""
+    grams, rhs = arm_sums(xt, a, r)
+    return solve_ridge_arms(grams, rhs, xt.shape[0], l2)
 
 
 @dataclass(frozen=True)
@@ -98,8 +122,7 @@ class DPRidgeArms:
         """(θ̂₀, θ̂₁) as a (2, dim) array (not a release)."""
         if x.shape[0] != self.m:
             raise ValueError(f"expected {self.m} rows, got {x.shape[0]}")
-        r = np.clip(y, *self.y_bounds) - self.center
-        return fit_ridge_arms(self.features.transform(x), a, r, self.l2)
+        return fit_ridge_arms(self.features.transform(x), a, self.residuals(y), self.l2)
 
     def model(self, theta: FloatArray) -> OutcomeModel:
         """Wrap a (2, dim) θ as a predictor."""
@@ -108,6 +131,13 @@ class DPRidgeArms:
     def fit(self, x: FloatArray, a: FloatArray, y: FloatArray, *,
             noise_rng: np.random.Generator) -> OutcomeModel:
         """Fit and release DP outcome models for both arms."""
-        theta = self.fit_nonprivate(x, a, y)
-        noised = self.mechanism().release(theta.ravel(), rng=noise_rng)
+        return self.release(self.fit_nonprivate(x, a, y), noise_rng=noise_rng)
+
+    def residuals(self, y: FloatArray) -> FloatArray:
+        """r = clip(y, y_lo, y_hi) − c, the centred outcome the ridge fits."""
+        return np.clip(y, *self.y_bounds) - self.center
+
+    def release(self, theta_hat: FloatArray, *, noise_rng: np.random.Generator) -> OutcomeModel:
+        """Perturb a checked (θ̂₀, θ̂₁) once: the DP outcome models."""
+        noised = self.mechanism().release(theta_hat.ravel(), rng=noise_rng)
         return self.model(noised)

@@ -186,6 +186,11 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
     """Build the plan from the spec, the public row count and the public query file."""
     setup = build_setup(spec, n_rows)
     sec = spec.cate
+    if spec.engine is not None and sec.features != "rff":
+        raise SpecError(
+            f"cate.features: '{sec.features}' (the exact n × n kernel ridge) has no engine path; "
+            "set cate.features: rff (random Fourier features, any n) to run on an engine, or "
+            "remove the spec's engine section and --engine to run in memory")
     queries = query_points(spec, setup, side)
     d = len(queries)
     prop, out = nuisance_learners(spec, setup)
@@ -281,8 +286,9 @@ class Prepared:
     y2: FloatArray
 
 
-def prepare(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame) -> Prepared:
-    """Read, validate (A ∈ {0, 1}), clip to the public bounds and split by the public permutation."""
+def clip_rows(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame
+              ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(x, a, y) of ``frame``: validated (A ∈ {0, 1}), x clipped to the box, y to the outcome bounds."""
     path = spec.data.path
     cols = spec.data.columns
     assert cols.treatment is not None
@@ -297,7 +303,19 @@ def prepare(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame) -> Prepared:
                         "treatment column")
     y = np.clip(numeric_column(frame, cols.outcome, path), *setup.y_bounds)
     x = np.clip(x, setup.box.lo, setup.box.hi)
-    perm = np.random.default_rng(spec.cate.split_seed).permutation(setup.n_total)
+    return x, a, y
+
+
+def split_permutation(spec: CateSpec, setup: CateSetup) -> npt.NDArray[np.int64]:
+    """The public split: row ``perm[k]`` is in D̃ for k < n_nuisance, in D otherwise (from
+    ``cate.split_seed`` and the public n only)."""
+    return np.random.default_rng(spec.cate.split_seed).permutation(setup.n_total)
+
+
+def prepare(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame) -> Prepared:
+    """Read, validate (A ∈ {0, 1}), clip to the public bounds and split by the public permutation."""
+    x, a, y = clip_rows(spec, setup, frame)
+    perm = split_permutation(spec, setup)
     i1, i2 = perm[: setup.n_nuisance], perm[setup.n_nuisance:]
     return Prepared(x[i1], a[i1], y[i1], x[i2], a[i2], y[i2])
 
@@ -399,6 +417,12 @@ def run(spec: CateSpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, 
                 gamma = search_gamma(spec, setup, fit, rho, prop, outm, sq)
             tau = queries_mechanism(spec, setup, len(queries), gamma).release(g_q, rng=noise_rng)
         del g_q, fit, rho
+    return build_release(spec, setup, queries, tau, weights)
+
+
+def build_release(spec: CateSpec, setup: CateSetup, queries: pd.DataFrame, tau: FloatArray,
+                  weights: FloatArray | None) -> Release:
+    """cate.csv (+ cate_function.json for rff, + cate.png for a 1-D/2-D grid) and the summary."""
     table = queries.copy()
     table["cate"] = tau
     release = Release(tables={"cate": table})

@@ -1,0 +1,110 @@
+"""cate's engine passes against the in-memory solvers: the RFF Huber ridge (damped steps, rows
+entering and leaving the inside set), the DP logistic Newton and the ridge sufficient statistics."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dpcausal.engine import cate as engine_cate
+from dpcausal.engine import cate_rff as ecr
+from dpcausal.engine.base import tree_add
+from dpcausal.errors import SolverError
+from dpcausal.learners.dp_logistic import fit_logistic
+from dpcausal.learners.dp_ridge import fit_ridge_arms, solve_ridge_arms
+from dpcausal.methods.cate_rff import FourierFeatures, fit_rff
+
+CUTS = [0, 100, 101, 450, 1003]
+"""Uneven batches, one of a single row."""
+
+
+class ListEngine:
+    """The Engine protocol over in-memory batches (``map_sum`` in row order)."""
+
+    def __init__(self, parts: list[tuple[int, Any]]) -> None:
+        self.parts = parts
+        self.passes = 0
+        self.n_rows = sum(p[0].shape[0] for _, p in parts)
+
+    def map_sum(self, stat: Any) -> Any:
+        self.passes += 1
+        total = None
+        for start, part in self.parts:
+            total = tree_add(total, stat(part, start))
+        return total
+
+
+def _batches(*arrays: np.ndarray) -> ListEngine:
+    return ListEngine([(a, tuple(x[a:b] for x in arrays)) for a, b in itertools.pairwise(CUTS)])
+
+
+def test_engine_rff_solver_equals_the_in_memory_solver_with_damped_steps(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(11)
+    n = CUTS[-1]
+    feats = FourierFeatures.draw(3, 40, 0.5, seed=12)
+    s = rng.uniform(size=(n, 3))
+    rho = rng.uniform(0.05, 0.9, n)
+    phi = 3.0 * rng.standard_cauchy(n)
+    lam0, c, tol = 1e-4, 0.05, 1e-11
+    ref = fit_rff(feats.transform(s), rho, phi, lam0=lam0, huber_c=c, grad_tol=tol)
+    signs: list[float] = []
+    real = ecr._add_gram_upper
+
+    def spy(acc: np.ndarray, z: np.ndarray, w: np.ndarray, sign: float) -> None:
+        signs.append(sign)
+        real(acc, z, w, sign)
+
+    monkeypatch.setattr(ecr, "_add_gram_upper", spy)
+    engine = _batches(s, rho, phi)
+    fit = ecr.solve_rff_engine(engine, feats, n=n, lam0=lam0, huber_c=c, grad_tol=tol, rows=37)
+    np.testing.assert_allclose(fit.w, ref.w, rtol=0, atol=1e-9)
+    assert fit.iterations == ref.iterations and fit.grad_norm <= tol
+    assert engine.passes > fit.iterations + 1  # some steps were damped (one extra pass each)
+    assert -1.0 in signs and 1.0 in signs  # rows left and entered the Huber inside set
+    # the certificate is the gradient over every row at the returned w, recomputed here
+    z = feats.transform(s)
+    r = z @ fit.w - phi
+    grad = z.T @ (rho * 2.0 * np.clip(r, -c, c)) / n + 2.0 * lam0 * fit.w
+    assert np.linalg.norm(grad) <= tol * 1.01
+
+
+@pytest.mark.parametrize("huber_c", [None, 1.5])
+def test_engine_rff_solver_squared_and_wide_huber(huber_c: float | None) -> None:
+    rng = np.random.default_rng(3)
+    n = CUTS[-1]
+    feats = FourierFeatures.draw(2, 25, 0.4, seed=4)
+    s, rho, phi = rng.uniform(size=(n, 2)), rng.uniform(0.05, 0.9, n), rng.normal(0, 3, n)
+    ref = fit_rff(feats.transform(s), rho, phi, lam0=0.01, huber_c=huber_c, grad_tol=1e-11)
+    fit = ecr.solve_rff_engine(_batches(s, rho, phi), feats, n=n, lam0=0.01, huber_c=huber_c,
+                               grad_tol=1e-11)
+    np.testing.assert_allclose(fit.w, ref.w, rtol=0, atol=1e-9)
+
+
+def test_engine_rff_solver_refuses_an_unreached_tolerance() -> None:
+    rng = np.random.default_rng(5)
+    n = CUTS[-1]
+    feats = FourierFeatures.draw(2, 10, 0.4, seed=4)
+    s, rho, phi = rng.uniform(size=(n, 2)), rng.uniform(0.05, 0.9, n), rng.normal(0, 3, n)
+    with pytest.raises(SolverError, match="gradient norm"):
+        ecr.solve_rff_engine(_batches(s, rho, phi), feats, n=n, lam0=1e-5, huber_c=0.01,
+                             grad_tol=1e-30, max_iter=2)
+
+
+def test_nuisance_passes_equal_the_in_memory_learners() -> None:
+    rng = np.random.default_rng(7)
+    n, d = CUTS[-1], 3
+    xt = rng.uniform(size=(n, d)) / np.sqrt(d)
+    a = (rng.uniform(size=n) < 0.3).astype(float)
+    y = rng.uniform(-1, 9, n)
+    engine = _batches(xt, a, y)
+    for l2 in (1e-3, 0.05):
+        theta = engine_cate.fit_propensity(engine, n, d, l2)
+        np.testing.assert_allclose(theta, fit_logistic(xt, a, l2), rtol=0, atol=1e-12)
+    grams, rhs = engine.map_sum(lambda p, s: engine_cate.ridge_sums(p, s, center=4.0, d=d))
+    np.testing.assert_allclose(solve_ridge_arms(grams, rhs, n, 0.05),
+                               fit_ridge_arms(xt, a, y - 4.0, 0.05), rtol=0, atol=1e-12)

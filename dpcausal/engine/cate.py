@@ -1,0 +1,210 @@
+"""``cate`` (``features: rff``) on an engine: the same release as :func:`dpcausal.methods.cate.run`,
+with every data pass a sum over batches (local streaming) or partitions (Dask) of per-batch
+statistics of clipped rows.
+
+Notes
+-----
+Neighbouring relation: replace one row; n public (as in memory). Every row is validated (A ∈ {0, 1})
+and clipped (x to the public box, Y to the public outcome bounds) before it enters any sum.
+
+Partition composition. The public split is the in-memory one, ``np.random.default_rng(split_seed)
+.permutation(n)``, built on the client from the public n alone: row i is in the nuisance half D̃
+when it is among the first n_nuisance entries of the permutation. Each batch selects its rows of
+D̃ or D by its global row index (``mask[start:start + rows]``), so the halves — and hence the
+parallel composition over D̃ and D (total (ε, δ), not (2ε, 2δ)) — do not depend on the file
+layout or the partition count.
+
+Sensitivities, unchanged by partitioning because every statistic is an exact sum over the same
+rows and every solve stops at the in-memory certificate:
+
+* DP ridge per arm on D̃: the per-arm sufficient statistics (Σ x̃x̃ᵀ, Σ r x̃) are summed over
+  batches and solved on the client by :func:`~dpcausal.learners.dp_ridge.solve_ridge_arms` with the
+  same gradient check ‖∇F_a‖ ≤ τ, so Δ₂ = 2G/(mλ) + 2√2τ/λ holds.
+* DP logistic on D̃: :func:`~dpcausal.learners.dp_logistic.newton_logistic` (the in-memory Newton)
+  with its gradient/Hessian and line-search objectives from passes; it returns only at
+  ‖∇F‖ ≤ GRAD_TOL with ∇F summed over every D̃ row, else SolverError, so Δ₂ = 2/(mλ) + 2τ/λ holds.
+* Second stage on D: :func:`~dpcausal.engine.cate_rff.solve_rff_engine` stops at
+  ‖∇J(w)‖ ≤ setup.grad_tol with ∇J summed from scratch over every D row, so
+  Δ = L_w/(λ0 n) + tol/λ0 of :func:`~dpcausal.methods.cate.function_mechanism` holds.
+
+Noise: drawn once, on the client, by the same mechanism objects and in the in-memory order
+(propensity, then outcome, then the GP weight path), so a test noise seed gives the in-memory
+release; workers never draw noise.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+from scipy.special import expit, log_expit
+
+from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.engine.base import Engine
+from dpcausal.engine.cate_rff import solve_rff_engine
+from dpcausal.errors import DataError, SpecError
+from dpcausal.learners.dp_logistic import (
+    LINE_STEPS,
+    PropensityModel,
+    armijo_accepts,
+    newton_logistic,
+)
+from dpcausal.learners.dp_ridge import OutcomeModel, arm_sums, solve_ridge_arms
+from dpcausal.methods.base import Release
+from dpcausal.methods.cate import (
+    build_release,
+    clip_rows,
+    function_mechanism,
+    nuisance_learners,
+    rff_features,
+    split_permutation,
+)
+from dpcausal.methods.cate_krr import pseudo_outcomes
+from dpcausal.methods.cate_setup import CateSetup, build_setup, query_points
+from dpcausal.spec.cate import CateSpec
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+NuisancePart = tuple[FloatArray, FloatArray, FloatArray]
+"""A batch's D̃ rows: box features x̃ (‖x̃‖ ≤ 1), treatment a, clipped outcome y."""
+SecondPart = tuple[FloatArray, FloatArray, FloatArray]
+"""A batch's D rows: box-scaled covariates s, weights ρ, pseudo-outcomes φ."""
+
+
+def _rows(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame, start: int
+          ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    try:
+        return clip_rows(spec, setup, frame.reset_index(drop=True))
+    except DataError as exc:
+        raise DataError(f"{exc} (row numbers count within the batch that starts at data row "
+                        f"{start + 1})") from None
+
+
+def prepare_nuisance(spec: CateSpec, setup: CateSetup, mask: BoolArray, frame: pd.DataFrame,
+                     start: int) -> NuisancePart:
+    """The batch's rows in D̃ (``mask`` over global rows), validated, clipped, as (x̃, a, y)."""
+    x, a, y = _rows(spec, setup, frame, start)
+    sel = mask[start:start + x.shape[0]]
+    return np.ascontiguousarray(setup.box.transform(x[sel])), a[sel], y[sel]
+
+
+def prepare_second(spec: CateSpec, setup: CateSetup, mask: BoolArray, prop: PropensityModel,
+                   outm: OutcomeModel, frame: pd.DataFrame, start: int) -> SecondPart:
+    """The batch's rows in D (not in ``mask``): (s, ρ, φ) from the released nuisances (fixed)."""
+    x, a, y = _rows(spec, setup, frame, start)
+    sel = ~mask[start:start + x.shape[0]]
+    x, a, y = x[sel], a[sel], y[sel]
+    rho, phi = pseudo_outcomes(setup.learner, a, y, prop.predict(x), outm.predict(x, 0),
+                               outm.predict(x, 1))
+    return np.ascontiguousarray(setup.box.unit(x)), rho, phi
+
+
+# ------------------------------------------------------------------ per-batch statistics on D̃
+
+
+def ridge_sums(part: NuisancePart, start: int, *, center: float, d: int
+               ) -> tuple[FloatArray, FloatArray]:
+    """Per-arm (Σ x̃x̃ᵀ, Σ r x̃) with r = y − c (y already clipped)."""
+    xt, a, y = part
+    if xt.shape[0] == 0:
+        return np.zeros((2, d, d)), np.zeros((2, d))
+    return arm_sums(xt, a, y - center)
+
+
+def _logistic_loss(z: FloatArray, a: FloatArray) -> FloatArray:
+    """Σ_i ℓ over the rows for each column of z (z: rows × k)."""
+    pos = (a > 0.5)[:, None]
+    return -np.where(pos, log_expit(z), log_expit(-z)).sum(axis=0)
+
+
+def logistic_pass(part: NuisancePart, start: int, *, theta: FloatArray, step: FloatArray | None
+                  ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(Σ (σ − a)x̃, Σ σ(1 − σ)x̃x̃ᵀ) at θ − step (θ when ``step`` is None), and the loss sums
+    Σ ℓ at θ − t·step for t in ``LINE_STEPS`` (at θ when ``step`` is None)."""
+    xt, a, _ = part
+    d = theta.size
+    k = 1 if step is None else LINE_STEPS.size
+    if xt.shape[0] == 0:
+        return np.zeros(d), np.zeros((d, d)), np.zeros(k)
+    at = theta if step is None else theta - step
+    p = expit(xt @ at)
+    grad, hess = xt.T @ (p - a), (xt * (p * (1 - p))[:, None]).T @ xt
+    cands = theta[:, None] if step is None else theta[:, None] - step[:, None] * LINE_STEPS[None, :]
+    return grad, hess, _logistic_loss(xt @ cands, a)
+
+
+def fit_propensity(engine: Engine, m: int, d: int, l2: float) -> FloatArray:
+    """θ̂ of the DP logistic on D̃ by :func:`newton_logistic` over passes (same certificate)."""
+    full: dict[str, Any] = {}
+
+    def grad_hess(theta: FloatArray) -> tuple[FloatArray, FloatArray]:
+        if "theta" in full and np.array_equal(full["theta"], theta):
+            return full["grad"], full["hess"]  # computed with the accepted full step
+        g, h, _ = engine.map_sum(functools.partial(logistic_pass, theta=theta, step=None))
+        return g, h
+
+    def line_search(theta: FloatArray, step: FloatArray, val: float, slope: float
+                    ) -> tuple[FloatArray, float]:
+        g, h, losses = engine.map_sum(functools.partial(logistic_pass, theta=theta, step=step))
+        full.clear()
+        for k, t in enumerate(LINE_STEPS):
+            cand = theta - t * step
+            cval = float(losses[k]) / m + 0.5 * l2 * float(cand @ cand)
+            if armijo_accepts(cval, val, float(t), slope):
+                break
+        if k == 0:
+            full.update(theta=cand, grad=g, hess=h)
+        return cand, cval
+
+    _, _, loss0 = engine.map_sum(functools.partial(logistic_pass, theta=np.zeros(d), step=None))
+    return newton_logistic(grad_hess, line_search, d=d, m=m, l2=l2, val=float(loss0[0]) / m)
+
+
+def fit_nuisances(spec: CateSpec, setup: CateSetup, engine: Engine, mask: BoolArray,
+                  noise_rng: np.random.Generator) -> tuple[PropensityModel, OutcomeModel]:
+    """The DP nuisances on D̃, noised once each on the client (propensity first, as in memory)."""
+    prop_l, out_l = nuisance_learners(spec, setup)
+    d = setup.box.dim
+    engine.load(functools.partial(prepare_nuisance, spec, setup, mask))
+    theta_e = fit_propensity(engine, setup.n_nuisance, d, prop_l.l2)
+    grams, rhs = engine.map_sum(functools.partial(ridge_sums, center=out_l.center, d=d))
+    theta_mu = solve_ridge_arms(grams, rhs, setup.n_nuisance, out_l.l2)
+    prop = prop_l.release(theta_e, clip=setup.kappa, noise_rng=noise_rng)
+    outm = out_l.release(theta_mu, noise_rng=noise_rng)
+    return prop, outm
+
+
+def nuisance_mask(spec: CateSpec, setup: CateSetup) -> BoolArray:
+    """Membership of D̃ over the global row index, from the public permutation (no data)."""
+    mask = np.zeros(setup.n_total, dtype=bool)
+    mask[split_permutation(spec, setup)[: setup.n_nuisance]] = True
+    return mask
+
+
+def run(spec: CateSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, Any], *,
+        rng: np.random.Generator, noise_rng: np.random.Generator) -> Release:
+    """As ``cate.run`` for ``features: rff``, with the data passes on ``engine``."""
+    if spec.cate.features != "rff":
+        raise SpecError(f"cate.features: '{spec.cate.features}' has no engine path; set "
+                        "cate.features: rff, or run in memory (no engine section, no --engine)")
+    setup = build_setup(spec, engine.n_rows)
+    queries = query_points(spec, setup, side)
+    mask = nuisance_mask(spec, setup)
+    prop, outm = fit_nuisances(spec, setup, engine, mask, noise_rng)
+    feats = rff_features(spec, setup)
+    engine.load(functools.partial(prepare_second, spec, setup, mask, prop, outm))
+    del mask
+    fit = solve_rff_engine(engine, feats, n=setup.n, lam0=setup.lam0, huber_c=setup.huber_c,
+                           grad_tol=setup.grad_tol)
+    weights = function_mechanism(spec, setup).release_weights(fit.w, rng=noise_rng)
+    sq = setup.box.unit(queries[list(setup.covariates)].to_numpy(dtype=np.float64))
+    release = build_release(spec, setup, queries, feats.evaluate(sq, weights), weights)
+    release.summary.update({"engine": engine.description, "data_passes": engine.passes,
+                            "second_stage_newton_iterations": fit.iterations})
+    return release
+
+
+__all__ = ["run"]
