@@ -31,6 +31,8 @@ def two_stage(
     quiet: o.QuietOpt = False,
     apply: ApplyOpt = None,
     test_noise_seed: o.TestNoiseSeedOpt = None,
+    engine: o.EngineOpt = None,
+    engine_address: o.EngineAddressOpt = None,
 ) -> None:
     """Release a DP treatment rule (balancing weights + objective-perturbed ERM), or --apply one."""
     if apply is not None:
@@ -41,7 +43,8 @@ def two_stage(
         return
     run_release_command("dpcausal.methods.two_stage", spec_path=spec, data=data, out=out, ledger=ledger,
                         seed=seed, dry_run=dry_run, as_json=as_json, quiet=quiet,
-                        test_noise_seed=test_noise_seed)
+                        test_noise_seed=test_noise_seed, engine=engine,
+                        engine_address=engine_address)
 
 
 def _missing_spec() -> None:

@@ -14,7 +14,7 @@ from dpcausal.errors import SpecError
 from dpcausal.io.tables import TableInfo
 from dpcausal.spec.base import EngineSpec
 
-ENGINE_COMMANDS = ("owl", "select-policy", "cate")
+ENGINE_COMMANDS = ("owl", "select-policy", "two-stage", "cate")
 """Commands with an engine path; the others run in memory only."""
 
 
@@ -28,6 +28,10 @@ def runner_for(command: str) -> Callable[..., Any]:
         from dpcausal.engine import select_policy
 
         return select_policy.run
+    if command == "two-stage":
+        from dpcausal.engine import two_stage
+
+        return two_stage.run
     if command == "cate":
         from dpcausal.engine import cate
 

@@ -215,6 +215,7 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
             "(privacy loss up to ≈1.13ε); set two_stage.allow_uncertified: true to run it as a "
             "reproduction without a DP guarantee, or use calibration: safe"
         )
+    refuse_mmd_on_engine(spec)
     if n_rows < 2:
         raise DataError("the data file needs at least 2 rows")
     if sec.weights == "mmd" and n_rows > MMD_MAX_ROWS:
@@ -306,6 +307,31 @@ def fit_theta(setup: TwoStageSetup, data: Prepared, w: FloatArray, gamma: float,
     return solve_l1_ball_qp(p, c, setup.l1_radius).theta
 
 
+def release_rule(spec: TwoStageSpec, setup: TwoStageSetup, plan: PrivacyPlan, h: FloatArray,
+                 g: FloatArray, n: int, side: dict[str, pd.DataFrame], *,
+                 noise_rng: np.random.Generator) -> Release:
+    """Draw b once (``mechanism``), solve the exact ℓ₁-ball QP from H = Σw x xᵀ and g = Σw t x,
+    build the rule (and recommendations for ``apply_to``). Shared by the in-memory run and the
+    engine run (dpcausal/engine/two_stage.py), which differ only in how H and g are summed."""
+    bounds = stability_bounds(spec, setup, n)
+    cal = calibrate(n=n, dim=setup.fmap.dim, m_x=M_X, m_y=setup.m_y, l1_radius=setup.l1_radius,
+                    epsilon=spec.privacy.epsilon, delta=spec.privacy.delta,
+                    eps_split=spec.two_stage.eps_split, noise=spec.two_stage.noise,
+                    bounds=bounds, mode=spec.two_stage.calibration)
+    b = mechanism(spec, cal, setup.fmap.dim).release(np.zeros(setup.fmap.dim), rng=noise_rng)
+    p, c = qp_terms(h, g, n, float(plan.details["gamma"]), b)
+    theta = solve_l1_ball_qp(p, c, setup.l1_radius).theta
+    del b, p, c
+    rule = rule_document(spec, setup, theta, plan)
+    release = Release(documents={"rule.json": rule})
+    release.summary["released_theta_norm"] = float(np.linalg.norm(theta))
+    if "apply_to" in side:
+        recs = apply_rule(rule, side["apply_to"], spec.two_stage.apply_to)
+        release.tables["recommendations"] = recs
+        release.summary["apply_to_rows"] = len(recs)
+    return release
+
+
 def run(spec: TwoStageSpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, pd.DataFrame],
         *, rng: np.random.Generator, noise_rng: np.random.Generator) -> Release:
     """Stage 1, draw b, stage 2, build the rule (and recommendations for ``apply_to``)."""
@@ -315,22 +341,20 @@ def run(spec: TwoStageSpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[s
     if n != plan.details["n_rows"]:
         raise DataError(f"{spec.data.path}: the file changed while running (row count)")
     w = compute_weights(spec, setup, data)
-    bounds = stability_bounds(spec, setup, n)
-    cal = calibrate(n=n, dim=setup.fmap.dim, m_x=M_X, m_y=setup.m_y, l1_radius=setup.l1_radius,
-                    epsilon=spec.privacy.epsilon, delta=spec.privacy.delta,
-                    eps_split=spec.two_stage.eps_split, noise=spec.two_stage.noise,
-                    bounds=bounds, mode=spec.two_stage.calibration)
-    b = mechanism(spec, cal, setup.fmap.dim).release(np.zeros(setup.fmap.dim), rng=noise_rng)
-    theta = fit_theta(setup, data, w, float(plan.details["gamma"]), b)
-    del w, b, data
-    rule = rule_document(spec, setup, theta, plan)
-    release = Release(documents={"rule.json": rule})
-    release.summary["released_theta_norm"] = float(np.linalg.norm(theta))
-    if "apply_to" in side:
-        recs = apply_rule(rule, side["apply_to"], spec.two_stage.apply_to)
-        release.tables["recommendations"] = recs
-        release.summary["apply_to_rows"] = len(recs)
-    return release
+    h, g = sufficient_stats(data.x, data.t, w)
+    del w, data
+    return release_rule(spec, setup, plan, h, g, n, side, noise_rng=noise_rng)
+
+
+def refuse_mmd_on_engine(spec: TwoStageSpec) -> None:
+    """SpecError for ``weights: mmd`` with an engine (an n × n program, not a partition sum)."""
+    if spec.two_stage.weights == "mmd" and spec.engine is not None:
+        raise SpecError(
+            "two_stage.weights: mmd has no engine path (it solves an n × n kernel program, "
+            f"limited to {MMD_MAX_ROWS} rows, that is not a sum over partitions); remove the "
+            "spec's engine section and --engine to run it in memory, or use weights: ebw or "
+            "ipw-logit on the engine (nothing was read or spent)"
+        )
 
 METHOD = MethodDef(
     command="two-stage", spec_model=TwoStageSpec, data_columns=data_columns,
@@ -349,6 +373,8 @@ __all__ = [
     "load_rule",
     "plan",
     "prepare",
+    "refuse_mmd_on_engine",
+    "release_rule",
     "rule_document",
     "score_range",
     "stability_bounds",

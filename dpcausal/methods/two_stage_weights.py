@@ -239,6 +239,42 @@ def certified_distance(grad: FloatArray, x: FloatArray, radius: float, rho: floa
     return best * (1.0 + 64.0 * u)
 
 
+def logit_sums(feats: FloatArray, af: FloatArray, lam: FloatArray
+               ) -> tuple[float, FloatArray, FloatArray]:
+    """Σ(log(1 + e^z) − a·z), Σ(p − a)x and Σ p(1 − p)x xᵀ at z = xᵀλ over the rows ``feats``
+    (sums, so an engine adds them over batches)."""
+    z = feats @ lam
+    p = special.expit(z)
+    return (float(np.sum(np.logaddexp(0.0, z) - af * z)), feats.T @ (p - af),
+            (feats.T * (p * (1 - p))) @ feats)
+
+
+def logit_objective(sums, n: int, d: int, ridge: float):
+    """The ipw-logit dual as ``fun(λ, μ) -> (value, gradient, Hessian)`` of
+    mean(log(1 + e^z) − a·z) + ((ρ + μ)/2)‖λ‖², from ``sums(λ)`` = :func:`logit_sums` over all n
+    rows (in memory, or added over an engine's batches)."""
+
+    def fun(lam: FloatArray, mu: float):
+        loss, g, h = sums(lam)
+        val = loss / n + 0.5 * (ridge + mu) * float(lam @ lam)
+        grad = g / n + (ridge + mu) * lam
+        hess = h / n + (ridge + mu) * np.eye(d)
+        return val, grad, hess
+
+    return fun
+
+
+def solve_dual(fun, d: int, radius: float, ridge: float, *, n: int, certify: bool,
+               what: str) -> FloatArray:
+    """The stage-1 dual λ of ipw-logit or ebw: ``_ball_newton`` from 0, then (with ``certify``)
+    ``_certified``. Shared by the in-memory path and the engine path (dpcausal/engine/two_stage.py),
+    which differ only in how ``fun`` sums over the rows."""
+    lam = _ball_newton(fun, np.zeros(d), radius, what=what, strict=certify)
+    if certify:  # needed only by the method-specific bound (universal holds for any weights)
+        lam = _certified(fun, lam, radius, ridge, n=n, what=what)
+    return lam
+
+
 def ipw_logit_weights(a: BoolArray, feats: FloatArray, *, radius: float, ridge: float,
                       certify: bool = True) -> FloatArray:
     """Ridge logistic propensity in the ℓ₂ ball (4.10), then arm-specific IPW.
@@ -250,18 +286,8 @@ def ipw_logit_weights(a: BoolArray, feats: FloatArray, *, radius: float, ridge: 
     """
     n, d = feats.shape
     af = a.astype(np.float64)
-
-    def fun(lam: FloatArray, mu: float):
-        z = feats @ lam
-        val = float(np.mean(np.logaddexp(0.0, z) - af * z)) + 0.5 * (ridge + mu) * float(lam @ lam)
-        p = special.expit(z)
-        grad = feats.T @ (p - af) / n + (ridge + mu) * lam
-        hess = (feats.T * (p * (1 - p))) @ feats / n + (ridge + mu) * np.eye(d)
-        return val, grad, hess
-
-    lam = _ball_newton(fun, np.zeros(d), radius, what="ipw-logit", strict=certify)
-    if certify:
-        lam = _certified(fun, lam, radius, ridge, n=n, what="ipw-logit")
+    fun = logit_objective(lambda lam: logit_sums(feats, af, lam), n, d, ridge)
+    lam = solve_dual(fun, d, radius, ridge, n=n, certify=certify, what="ipw-logit")
     return ipw_from_scores(a, feats @ lam)
 
 
@@ -352,13 +378,21 @@ def _certified(fun, lam: FloatArray, radius: float, rho: float, *, n: int,
     return best_x
 
 
-def ebw_rows(a: BoolArray, moments: FloatArray, kappa: float, m_g: float) -> FloatArray:
-    """Rows b_i = (n/n_a)·s·(g(x_i) in the arm's block), s = κ/M_g, clipped to unit norm (§3.4)."""
-    n, k = moments.shape
-    n1 = int(a.sum())
-    n0 = n - n1
+def ebw_rows(a: BoolArray, moments: FloatArray, kappa: float, m_g: float,
+             counts: tuple[int, int] | None = None) -> FloatArray:
+    """Rows b_i = (n/n_a)·s·(g(x_i) in the arm's block), s = κ/M_g, clipped to unit norm (§3.4).
+
+    ``counts`` = (n₀, n₁) of the whole table when ``a``/``moments`` are one batch of it (engine);
+    by default they are counted from ``a``."""
+    k = moments.shape[1]
+    if counts is None:
+        n1 = int(a.sum())
+        n0 = len(a) - n1
+    else:
+        n0, n1 = counts
+    n = n0 + n1
     s = kappa / m_g
-    rows = np.zeros((n, 2 * k))
+    rows = np.zeros((len(a), 2 * k))
     if n0:
         rows[~a, :k] = (n / n0) * s * moments[~a]
     if n1:
@@ -367,6 +401,36 @@ def ebw_rows(a: BoolArray, moments: FloatArray, kappa: float, m_g: float) -> Flo
     over = norms > 1.0
     rows[over] /= norms[over, None]
     return rows
+
+
+def ebw_target(moment_mean: FloatArray, kappa: float, m_g: float) -> FloatArray:
+    """The dual's target (s·ḡ, s·ḡ), s = κ/M_g, ḡ the sample mean of the moments."""
+    half = (kappa / m_g) * moment_mean
+    return np.concatenate([half, half])
+
+
+def ebw_sums(rows: FloatArray, lam: FloatArray) -> tuple[float, FloatArray, FloatArray]:
+    """(L, Σp b, Σp b bᵀ) with L = log Σ exp⟨λ, b_i⟩ and p = softmax(z), over the rows ``rows``."""
+    z = rows @ lam
+    lse = special.logsumexp(z)
+    p = np.exp(z - lse)
+    return float(lse), rows.T @ p, (rows.T * p) @ rows
+
+
+def ebw_objective(sums, n: int, d: int, target: FloatArray, ridge: float):
+    """The ebw dual as ``fun(λ, μ) -> (value, gradient, Hessian)`` of
+    log((1/n)Σ exp⟨λ, b_i⟩) − ⟨λ, target⟩ + ((ρ + μ)/2)‖λ‖², from ``sums(λ)`` = :func:`ebw_sums`
+    over all n rows (in memory, or combined over an engine's batches)."""
+
+    def fun(lam: FloatArray, mu: float):
+        lse, mean_b, second = sums(lam)
+        val = (lse - math.log(n)) - float(lam @ target) + 0.5 * (ridge + mu) * float(lam @ lam)
+        grad = mean_b - target + (ridge + mu) * lam
+        cov = second - np.outer(mean_b, mean_b)
+        hess = cov + (ridge + mu) * np.eye(d)
+        return val, grad, hess
+
+    return fun
 
 
 def ebw_weights(a: BoolArray, moments: FloatArray, *, kappa: float, m_g: float, radius: float,
@@ -379,24 +443,10 @@ def ebw_weights(a: BoolArray, moments: FloatArray, *, kappa: float, m_g: float, 
     """
     n, k = moments.shape
     rows = ebw_rows(a, moments, kappa, m_g)
-    target_half = (kappa / m_g) * moments.mean(axis=0)
-    target = np.concatenate([target_half, target_half])
+    target = ebw_target(moments.mean(axis=0), kappa, m_g)
     d = 2 * k
-
-    def fun(lam: FloatArray, mu: float):
-        z = rows @ lam
-        lse = float(special.logsumexp(z)) - math.log(n)
-        p = np.exp(z - special.logsumexp(z))
-        mean_b = rows.T @ p
-        val = lse - float(lam @ target) + 0.5 * (ridge + mu) * float(lam @ lam)
-        grad = mean_b - target + (ridge + mu) * lam
-        cov = (rows.T * p) @ rows - np.outer(mean_b, mean_b)
-        hess = cov + (ridge + mu) * np.eye(d)
-        return val, grad, hess
-
-    lam = _ball_newton(fun, np.zeros(d), radius, what="ebw", strict=certify)
-    if certify:  # needed only by the method-specific bound (universal holds for any weights)
-        lam = _certified(fun, lam, radius, ridge, n=n, what="ebw")
+    fun = ebw_objective(lambda lam: ebw_sums(rows, lam), n, d, target, ridge)
+    lam = solve_dual(fun, d, radius, ridge, n=n, certify=certify, what="ebw")
     z = rows @ lam
     w = n * np.exp(z - special.logsumexp(z))
     if arm_totals == "equal":
