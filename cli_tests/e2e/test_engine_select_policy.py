@@ -121,3 +121,37 @@ def test_worker_failure_leaves_no_receipt_and_no_ledger_entry(
     assert not (tmp_path / "out" / "selection.json").exists()
     ledger = tmp_path / "ledger.jsonl"
     assert not ledger.exists() or ledger.read_text().strip() == ""
+
+
+@pytest.mark.parametrize("regime", ["learned-index", "learned-permute"])
+def test_learned_nuisances_come_from_partition_sums_not_gathered_rows(
+    tmp_path: Path, data: dict[str, Path], regime: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The certified learners on the engine equal the in-memory fits (to float summation order)
+    and the utilities too, while no pass ever returns rows (``map_list`` is never called)."""
+    from dpcausal.engine import open_engine
+    from dpcausal.engine import select_policy as esp
+    from dpcausal.engine.local import LocalEngine
+    from dpcausal.io import tables
+    from dpcausal.methods import select_policy as msp
+    from dpcausal.pipeline import load_side_inputs
+    from dpcausal.spec.load import load_spec
+    from dpcausal.spec.select_policy import SelectPolicySpec
+
+    def refuse(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the engine path gathered rows")
+
+    monkeypatch.setattr(LocalEngine, "map_list", refuse)
+    spec, _ = load_spec(_spec(tmp_path, data["parts"], regime, engine={"kind": "local",
+                                                                        "batch_rows": 1000}),
+                     SelectPolicySpec)
+    info = tables.inspect_table(spec.data.path)
+    side = load_side_inputs(msp.METHOD, spec)
+    setup = msp.build_setup(spec, info.n_rows, side)
+    frame = tables.read_table(spec.data.path, msp.data_columns(spec))
+    reference = msp.compute_utilities(spec, setup, frame, side)
+    assert spec.engine is not None
+    with open_engine(spec.engine, info, msp.data_columns(spec)) as engine:
+        utilities = esp.compute_utilities(spec, setup, engine, side)
+        assert engine.passes >= 3  # ridge sums, ≥ 1 logistic Newton pass, utilities
+    np.testing.assert_allclose(utilities, reference, rtol=1e-10, atol=1e-9)

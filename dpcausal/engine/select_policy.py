@@ -4,9 +4,12 @@ with the utilities U(π) summed partition by partition.
 Every row is validated and clipped (Y to the public outcome bounds, fixed scores to [−B, B];
 covariates are clipped by the learners' feature map) before it enters a sum. Regime ``learned``:
 the public split is :func:`~dpcausal.methods.select_policy.split_indices` of the global row index
-(file order), so it does not depend on the partitioning; the nuisance rows are gathered on the
-client in row order and the certified learners are fit there exactly as in memory; each scoring
-partition then returns its vector of per-policy DR score sums. The exponential mechanism (and the
+(file order), so it does not depend on the partitioning. The certified learners are fit from sums
+over the nuisance rows of every partition — the ridge from its per-arm sufficient statistics (one
+pass), the logistic by Newton with one loss/gradient/Hessian pass per step — with the same stopping
+certificate ‖∇F‖ ≤ τ as in memory, so the stability bounds β_μ, β_e and Δ_cert hold unchanged and
+no nuisance row is held on the client. Each scoring partition then returns its vector of
+per-policy DR score sums. The exponential mechanism (and the
 optional Laplace value release) draws its noise once, on the client.
 """
 
@@ -23,7 +26,8 @@ from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.engine.base import Engine
 from dpcausal.errors import DataError, SpecError
 from dpcausal.io.tables import numeric_column
-from dpcausal.learners import CertifiedLogistic, CertifiedRidge
+from dpcausal.learners import CertifiedLogistic, CertifiedRidge, UnitBoxFeatures
+from dpcausal.learners.logistic import logistic_sums
 from dpcausal.methods.base import Release
 from dpcausal.methods.select_policy import (
     Setup,
@@ -35,7 +39,6 @@ from dpcausal.methods.select_policy import (
 )
 from dpcausal.methods.select_policy_scores import (
     Nuisance,
-    fit_nuisance,
     frozen_nuisance,
     learned_utilities,
     utilities_from_gammas,
@@ -71,30 +74,70 @@ def prepare_batch(spec: SelectPolicySpec, setup: Setup, frame: pd.DataFrame,
                         f"{start + 1})") from None
 
 
-def _rows(part: Any, start: int, mask: npt.NDArray[np.bool_] | None, keep: bool) -> Any:
-    """The batch's rows whose global index is (``keep``) or is not in ``mask``."""
+def _in_nuisance(start: int, count: int, m: int, mask: npt.NDArray[np.bool_] | None
+                 ) -> npt.NDArray[np.bool_]:
+    """Which rows of the batch are nuisance rows: global index < m (index split), else the public
+    permutation's mask (both functions of the global row index only)."""
     if mask is None:
-        return part
-    sel = mask[start:start + part[0].shape[0]]
-    if not keep:
-        sel = ~sel
-    return tuple(a[sel] for a in part)
+        return np.arange(start, start + count) < m
+    return mask[start:start + count]
 
 
-def gather_rows(part: Any, start: int, *, mask: npt.NDArray[np.bool_]) -> Any:
-    """The nuisance-block rows of a batch (a public function of the global row index)."""
-    return _rows(part, start, mask, True)
+def _nuisance_rows(part: Any, start: int, m: int, mask: npt.NDArray[np.bool_] | None
+                   ) -> tuple[FloatArray, Any, FloatArray]:
+    x, treated, y = part
+    sel = _in_nuisance(start, y.shape[0], m, mask)
+    return x[sel], treated[sel], y[sel]
 
 
-def utility_sums(part: Any, start: int, *, setup: Setup, nuis: Nuisance | None,
+def ridge_sums(part: Any, start: int, *, fmap: UnitBoxFeatures, ridge: CertifiedRidge, m: int,
+               mask: npt.NDArray[np.bool_] | None) -> tuple[FloatArray, FloatArray]:
+    """The batch's per-arm ridge sufficient statistics over its nuisance rows."""
+    x, treated, y = _nuisance_rows(part, start, m, mask)
+    return ridge.arm_sums(fmap.transform(x), treated.astype(np.int8), y)
+
+
+def logistic_batch_sums(part: Any, start: int, *, fmap: UnitBoxFeatures, theta: FloatArray, m: int,
+                        mask: npt.NDArray[np.bool_] | None) -> tuple[float, FloatArray, FloatArray]:
+    """The batch's logistic loss/gradient/Hessian sums at θ over its nuisance rows."""
+    x, treated, _ = _nuisance_rows(part, start, m, mask)
+    return logistic_sums(fmap.transform(x), np.asarray(treated, dtype=np.float64), theta)
+
+
+def utility_sums(part: Any, start: int, *, setup: Setup, nuis: Nuisance | None, m: int,
                  mask: npt.NDArray[np.bool_] | None, chunk_rows: int) -> FloatArray:
     """Σ over the batch's scoring rows of ψ_π, for every policy π of the library."""
-    x, a, b = _rows(part, start, mask, False)
+    if nuis is not None and setup.regime == "learned":
+        keep = ~_in_nuisance(start, part[0].shape[0], m, mask)
+        part = tuple(arr[keep] for arr in part)
+    x, a, b = part
     if x.shape[0] == 0:
         return np.zeros(setup.library.size)
     if nuis is None:
         return utilities_from_gammas(setup.library, x, a, b, chunk_rows=chunk_rows)
     return learned_utilities(setup.library, nuis, x, a, b, chunk_rows=chunk_rows)
+
+
+def fit_nuisance_engine(spec: SelectPolicySpec, setup: Setup, engine: Engine,
+                        mask: npt.NDArray[np.bool_] | None) -> Nuisance:
+    """The certified learners fit from sums over the engine's nuisance rows (none is gathered)."""
+    sec = spec.select_policy
+    fmap = setup.fmap
+    assert fmap is not None
+    assert setup.y_bounds is not None
+    assert setup.mu_bounds is not None
+    ridge = CertifiedRidge(sec.lambda_mu, setup.y_bounds, setup.mu_bounds, sec.solver_tol)
+    logistic = CertifiedLogistic(sec.lambda_e, sec.zeta, sec.solver_tol)
+    grams, rhs = engine.map_sum(functools.partial(ridge_sums, fmap=fmap, ridge=ridge, m=setup.m,
+                                                  mask=mask))
+    outcome = ridge.solve(grams, rhs, m=setup.m)
+
+    def sums(theta: FloatArray) -> tuple[float, FloatArray, FloatArray]:
+        return engine.map_sum(functools.partial(logistic_batch_sums, fmap=fmap, theta=theta,
+                                                m=setup.m, mask=mask))
+
+    propensity = logistic.solve(sums, m=setup.m, p=fmap.dim)
+    return Nuisance(fmap, outcome, propensity)
 
 
 def compute_utilities(spec: SelectPolicySpec, setup: Setup, engine: Engine,
@@ -110,21 +153,13 @@ def compute_utilities(spec: SelectPolicySpec, setup: Setup, engine: Engine,
         nuis = frozen_nuisance(side["frozen_model"], setup.fmap, mu_bounds=setup.mu_bounds,
                                zeta=sec.zeta, path=sec.frozen_model)
     elif setup.regime == "learned":
-        assert setup.fmap is not None
-        assert setup.y_bounds is not None
-        assert setup.mu_bounds is not None
-        tr, _ = split_indices(spec, setup.n_total, setup.m)
-        mask = np.zeros(setup.n_total, dtype=bool)
-        mask[tr] = True
-        parts = engine.map_list(functools.partial(gather_rows, mask=mask))
-        x, treated, y = (np.concatenate([p[i] for p in parts]) for i in range(3))
-        del parts
-        ridge = CertifiedRidge(sec.lambda_mu, setup.y_bounds, setup.mu_bounds, sec.solver_tol)
-        logistic = CertifiedLogistic(sec.lambda_e, sec.zeta, sec.solver_tol)
-        nuis = fit_nuisance(setup.fmap, ridge, logistic, x, treated, y)
-        del x, treated, y
-    return engine.map_sum(functools.partial(utility_sums, setup=setup, nuis=nuis, mask=mask,
-                                            chunk_rows=sec.chunk_rows))
+        if sec.split.kind != "index":  # a public permutation: its membership mask, from n only
+            tr, _ = split_indices(spec, setup.n_total, setup.m)
+            mask = np.zeros(setup.n_total, dtype=bool)
+            mask[tr] = True
+        nuis = fit_nuisance_engine(spec, setup, engine, mask)
+    return engine.map_sum(functools.partial(utility_sums, setup=setup, nuis=nuis, m=setup.m,
+                                            mask=mask, chunk_rows=sec.chunk_rows))
 
 
 def run(spec: SelectPolicySpec, engine: Engine, plan: PrivacyPlan, side: dict[str, Any], *,

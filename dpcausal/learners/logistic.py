@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,11 +34,20 @@ class LogisticFit:
         return {"theta": [float(t) for t in self.theta], "zeta": self.zeta}
 
 
-def _objective(theta: FloatArray, xt: FloatArray, a: FloatArray, lam: float) -> float:
+LogisticSums = Callable[[FloatArray], tuple[float, FloatArray, FloatArray]]
+"""θ ↦ (Σ_i loss_i, Σ_i (σ(θᵀx̃_i) − A_i) x̃_i, Σ_i σ′ x̃_i x̃_iᵀ) over the m training rows."""
+
+
+def logistic_sums(xt: FloatArray, a: FloatArray, theta: FloatArray
+                  ) -> tuple[float, FloatArray, FloatArray]:
+    """The loss, gradient and Hessian sums of the logistic loss over the rows ``xt`` (unpenalised).
+
+    The loss log(1 + e^z) − a z is written stably as −log σ(±z). Summable over disjoint row blocks
+    (an engine's partitions), so in-memory and engine fits solve the same problem."""
     z = xt @ theta
-    # log(1 + e^z) − a z = −log σ(z) + (1 − a) z ... written stably as −log σ(±z)
     loss = -np.where(a > 0.5, log_expit(z), log_expit(-z))
-    return float(loss.mean()) + 0.5 * lam * float(theta @ theta)
+    s = expit(z)
+    return float(loss.sum()), xt.T @ (s - a), (xt * (s * (1.0 - s))[:, None]).T @ xt
 
 
 @dataclass(frozen=True)
@@ -83,40 +94,45 @@ class CertifiedLogistic:
 
     def fit(self, xt: FloatArray, treated: npt.NDArray[np.bool_]) -> LogisticFit:
         """Fit on mapped rows ``xt`` (m × (d+1)) and the treated indicator."""
-        m, p = xt.shape
         a = np.asarray(treated, dtype=np.float64)
+        return self.solve(functools.partial(logistic_sums, xt, a), m=xt.shape[0], p=xt.shape[1])
+
+    def solve(self, sums: LogisticSums, *, m: int, p: int) -> LogisticFit:
+        """The damped Newton solve, given the loss/gradient/Hessian sums over the m rows.
+
+        ``sums`` may be computed in memory (:meth:`fit`) or as a sum over an engine's partitions;
+        the stopping test ‖∇F‖ ≤ τ uses the gradient at the returned θ, so the stability bound holds
+        either way."""
         lam = self.lam
-        theta = np.zeros(p)
         eye = np.eye(p)
-        val = _objective(theta, xt, a, lam)
+        theta = np.zeros(p)
+        loss, g, h = sums(theta)
+        val = loss / m + 0.5 * lam * float(theta @ theta)
         gnorm = math.inf
         for _ in range(self.max_iter):
-            s = expit(xt @ theta)
-            grad = xt.T @ (s - a) / m + lam * theta
+            grad = g / m + lam * theta
             gnorm = float(np.linalg.norm(grad))
             if gnorm <= self.tol:
                 return LogisticFit(theta, self.zeta, gnorm)
-            w = s * (1.0 - s)
-            hess = (xt * w[:, None]).T @ xt / m + lam * eye
-            step = np.linalg.solve(hess, grad)
+            step = np.linalg.solve(h / m + lam * eye, grad)
             if gnorm < 1e-6:
                 # quadratic-convergence region: a full Newton step; an Armijo test on F cannot
                 # resolve decreases of order ‖∇F‖²/λ below float precision
                 theta = theta - step
-                val = _objective(theta, xt, a, lam)
+                loss, g, h = sums(theta)
+                val = loss / m + 0.5 * lam * float(theta @ theta)
                 continue
             t = 1.0
             slope = float(grad @ step)
             while True:
                 cand = theta - t * step
-                cval = _objective(cand, xt, a, lam)
+                loss, g, h = sums(cand)
+                cval = loss / m + 0.5 * lam * float(cand @ cand)
                 if cval <= val - 1e-4 * t * slope or t < 1e-8:
                     break
                 t *= 0.5
             theta, val = cand, cval
-        s = expit(xt @ theta)
-        grad = xt.T @ (s - a) / m + lam * theta
-        gnorm = float(np.linalg.norm(grad))
+        gnorm = float(np.linalg.norm(g / m + lam * theta))
         if gnorm <= self.tol:
             return LogisticFit(theta, self.zeta, gnorm)
         raise SolverError(

@@ -88,19 +88,36 @@ class CertifiedRidge:
         c = self.constants(d)
         return c["L_g"] * (2.0 * c["G"] / (m * self.lam) + 2.0 * self.tol / self.lam)
 
+    def arm_sums(self, xt: FloatArray, a: npt.NDArray[np.int8], y: FloatArray,
+                 arms: int = 2) -> tuple[FloatArray, FloatArray]:
+        """Per-arm sufficient statistics (Σ_{A_i=a} x̃_i x̃_iᵀ, Σ_{A_i=a} r_i x̃_i), r = clip(Y) − c.
+
+        Summable over disjoint row blocks (an engine's partitions)."""
+        r = np.clip(y, *self.y_bounds) - self.center
+        grams = np.zeros((arms, xt.shape[1], xt.shape[1]))
+        rhs = np.zeros((arms, xt.shape[1]))
+        for arm in range(arms):
+            sel = a == arm
+            xa = xt[sel]
+            grams[arm] = xa.T @ xa
+            rhs[arm] = xa.T @ r[sel]
+        return grams, rhs
+
     def fit(self, xt: FloatArray, a: npt.NDArray[np.int8], y: FloatArray,
             arms: int = 2) -> RidgeFit:
         """Fit every arm on mapped rows ``xt`` (m × (d+1)), arm indices ``a`` and outcomes ``y``."""
-        m, p = xt.shape
-        r = np.clip(y, *self.y_bounds) - self.center
+        return self.solve(*self.arm_sums(xt, a, y, arms), m=xt.shape[0])
+
+    def solve(self, grams: FloatArray, rhs_sums: FloatArray, *, m: int) -> RidgeFit:
+        """Solve every arm from its sufficient statistics (the loss is averaged over all m rows),
+        then check ‖∇F_a‖ ≤ τ (SolverError otherwise)."""
+        arms, p = rhs_sums.shape
         thetas = np.zeros((arms, p))
         norms = []
         eye = np.eye(p)
         for arm in range(arms):
-            sel = a == arm  # the arm's rows; the loss is still averaged over all m rows
-            xa = xt[sel]
-            hess = (xa.T @ xa) / m + self.lam * eye
-            rhs = (xa.T @ r[sel]) / m
+            hess = grams[arm] / m + self.lam * eye
+            rhs = rhs_sums[arm] / m
             chol = np.linalg.cholesky(hess)
             theta = np.linalg.solve(chol.T, np.linalg.solve(chol, rhs))
             for _ in range(3):  # iterative refinement until the certified tolerance holds
