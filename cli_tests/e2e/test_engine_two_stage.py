@@ -299,3 +299,23 @@ def test_stage1_passes_match_the_in_memory_objective_within_the_rounding_allowan
         assert float(np.linalg.norm(ge - gm)) <= (eps_g if scale <= 1.0 else 1e-9)
         np.testing.assert_allclose(he, hm, rtol=1e-10, atol=1e-13)
     assert engine.passes >= 4
+
+
+@pytest.mark.parametrize("weights", ["ipw-logit", "ebw-universal-equal"])
+@pytest.mark.parametrize(("intercept", "scaling"), [(True, "maxabs"), (False, "minmax")])
+def test_stage2_features_recomputed_from_the_stage1_input_are_bitwise_the_feature_map(
+    tmp_path: Path, data: dict[str, Path], weights: str, intercept: bool, scaling: str
+) -> None:
+    from dpcausal.engine import two_stage as eng
+    from dpcausal.methods import two_stage as ts
+    from dpcausal.spec.load import load_spec
+
+    spec, _ = load_spec(_spec(tmp_path, data["csv"], weights, intercept=intercept,
+                              scaling=scaling), ts.METHOD.spec_model)
+    setup = ts.build_setup(spec)
+    frame = _frame(n=500, seed=3)
+    frame.loc[:5, "x2"] = 7.0  # clipped
+    part = eng.prepare_batch(spec, setup, frame, 0)
+    assert part[0] is None  # one copy of the covariates per cached batch
+    expected = setup.fmap.transform(frame[COVS].to_numpy())
+    assert np.array_equal(eng.features(part), expected)

@@ -37,10 +37,11 @@ gradient-map shift of stage 2 is ≤ ζ·W̄₁ˢ, ζ = 2M_x²λ₁ + 4M_xM_y, a
 :func:`dpcausal.methods.two_stage.mechanism`. The ipw-logit/ebw bounds add the certified solver
 slack η; the certificate's rounding allowance ε_g (``gradient_rounding_allowance``) bounds the
 error of the float gradient for ANY summation order (γ_{n+1}·Σ|terms|, which holds for every
-summation tree), so per-batch sums added on the client are covered. The ebw per-batch rescale
-e^{max_b − max} adds ≤ (2R + 3)u relative error to each p_i (R bounds |z_i| at the certified,
-feasible points), within the allowance's 4R·u per component next to the in-memory (2R + log n +
-8)u, before its ×4 safety factor. So the certificate, and the bound that relies on it, hold on
+summation tree), so per-batch sums added on the client are covered. The ebw per-batch form
+p_i = e^{z_i − m_b}·e^{m_b − M}/S errs relatively by ≤ (4R + 5)u (R bounds |z_i| at the
+feasible points the certificate evaluates), within the allowance's per-component 4R + 2 log n + 16
+that also covers the in-memory (2R + log n + 8)u, before its ×4 safety factor (details in the
+allowance's Notes). So the certificate, and the bound that relies on it, hold on
 the engine exactly as in memory.
 
 Guarantee: the noise vector b is drawn ONCE, on the client, by ``mechanism(spec, cal,
@@ -78,9 +79,13 @@ from dpcausal.methods.two_stage_data import TwoStageSetup, build_setup, coef_vec
 from dpcausal.spec.two_stage import EbwSection, IpwLogitSection, TwoStageSpec
 
 FloatArray = npt.NDArray[np.float64]
-Part = tuple[FloatArray, npt.NDArray[np.bool_], FloatArray, FloatArray | None]
-"""One prepared batch: stage-2 features x (‖x‖ ≤ 1), treated mask a, targets t, and the stage-1
-input of the weight method (ipw-known: public score; ipw-logit: (1, s); ebw: moments g(s))."""
+Part = tuple[FloatArray | None, npt.NDArray[np.bool_], FloatArray, FloatArray | None,
+             tuple[bool, int]]
+"""One prepared batch: stage-2 features x (‖x‖ ≤ 1), treated mask a, targets t, the stage-1
+input of the weight method (ipw-known: public score; ipw-logit: (1, s); ebw: moments g(s), whose
+first 1 + p columns are (1, s)), and (intercept, p). For ipw-logit and ebw, x is None: it is
+(1, s)/√d (or s/√d), recomputed from the stage-1 input in the stage-2 pass with the arithmetic of
+``FeatureMap.transform`` (the same values), so a cached batch holds one copy of the covariates."""
 CACHE_POINTS = 16
 """Stage-1 sums kept by λ (the solver re-evaluates a point at a new multiplier μ)."""
 
@@ -99,22 +104,38 @@ def prepare_batch(spec: TwoStageSpec, setup: TwoStageSetup, frame: pd.DataFrame,
     except DataError as exc:
         raise DataError(f"{_global_rows(str(exc), start)} (counts are within the batch that "
                         f"starts at data row {start + 1})") from None
+    a, t = data.a, data.t
     extra: FloatArray | None = None
+    x: FloatArray | None = np.ascontiguousarray(data.x)
+    lin = (setup.fmap.intercept, len(setup.fmap.names))
     if sec.weights == "ipw-known":
         assert sec.ipw_known is not None
         extra = sec.ipw_known.intercept + data.raw @ coef_vector(spec)
     elif sec.weights == "ipw-logit":
         extra = np.hstack([np.ones((len(data.t), 1)), data.scaled])
+        x = None
     elif sec.weights == "ebw":
         extra = _moments(data.scaled, (sec.ebw or EbwSection()).moments)[0]
-    return np.ascontiguousarray(data.x), data.a, data.t, extra
+        x = None
+    del data
+    return x, a, t, extra, lin
+
+
+def features(part: Part) -> FloatArray:
+    """The stage-2 features x of a batch (recomputed from (1, s) for ipw-logit and ebw)."""
+    x, _, _, extra, (intercept, p) = part
+    if x is not None:
+        return x
+    assert extra is not None
+    cols = extra[:, :1 + p] if intercept else extra[:, 1:1 + p]
+    return cols / math.sqrt(p + int(intercept))
 
 
 # ---- per-batch statistics (module level: pickled to Dask workers) ----
 
 def arm_moment_sums(part: Part, start: int) -> tuple[FloatArray, FloatArray]:
     """ebw's first pass: ([n₀, n₁], Σ g(x)) of the batch."""
-    _, a, _, g = part
+    _, a, _, g, _ = part
     assert g is not None
     n1 = float(np.count_nonzero(a))
     return np.array([len(a) - n1, n1]), g.sum(axis=0)
@@ -122,13 +143,13 @@ def arm_moment_sums(part: Part, start: int) -> tuple[FloatArray, FloatArray]:
 
 def logit_pass(part: Part, start: int, *, lam: FloatArray) -> tuple[float, FloatArray, FloatArray]:
     """:func:`~dpcausal.methods.two_stage_weights.logit_sums` of the batch at λ."""
-    _, a, _, feats = part
+    _, a, _, feats, _ = part
     assert feats is not None
     return wts.logit_sums(feats, a.astype(np.float64), lam)
 
 
 def _ebw_rows(part: Part, counts: tuple[int, int], kappa: float, m_g: float) -> FloatArray:
-    _, a, _, g = part
+    _, a, _, g, _ = part
     assert g is not None
     return wts.ebw_rows(a, g, kappa, m_g, counts=counts)
 
@@ -185,7 +206,8 @@ def _arm_sums(x: FloatArray, a: npt.NDArray[np.bool_], t: FloatArray, u: FloatAr
 def stage2_pass(part: Part, start: int, *, weights: str, p_treated: float | None,
                 lam: FloatArray | None) -> tuple[FloatArray, ...]:
     """Per-arm stage-2 sums of the batch with the unnormalised weights u of ``weights``."""
-    x, a, t, extra = part
+    _, a, t, extra, _ = part
+    x = features(part)
     if weights == "uniform":
         u = np.ones(len(t))
     elif weights == "ipw-rct":
@@ -201,7 +223,8 @@ def stage2_pass(part: Part, start: int, *, weights: str, p_treated: float | None
 def ebw_stage2_pass(part: Part, start: int, *, lam: FloatArray, counts: tuple[int, int],
                     kappa: float, m_g: float) -> tuple[float, tuple[FloatArray, ...]]:
     """(m, per-arm stage-2 sums with u = exp(z − m)), m = the batch's max z."""
-    x, a, t, _ = part
+    _, a, t, _, _ = part
+    x = features(part)
     z = _ebw_rows(part, counts, kappa, m_g) @ lam
     m = float(z.max()) if z.size else -math.inf
     return m, _arm_sums(x, a, t, np.exp(z - m))

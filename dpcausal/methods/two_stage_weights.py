@@ -145,6 +145,18 @@ def gradient_rounding_allowance(n: int, dim: int, radius: float, ridge: float) -
     (rows have ‖·‖ ≤ √d), moving p_i by ≤ that (logit: σ′ ≤ ¼; ebw: relative, plus the
     logsumexp's own (2R + log n + 8)u); the ridge term ρλ_j by ≤ 2uρR. Everything is multiplied by
     4 for safety and by √dim for the norm. A function of public inputs only.
+
+    Notes
+    -----
+    Engines (dpcausal/engine/two_stage.py) sum the same terms per batch and add the batch sums on
+    the client. That is just another summation tree over the same ≤ n + 1 terms, and γ_k·Σ|terms|
+    (k = the tree's depth ≤ n) bounds EVERY tree, so the allowance covers any partitioning. The
+    ebw engine pass writes p_i = e^{z_i − m_b}·e^{m_b − M}/S (m_b the batch max, M the overall max)
+    instead of e^{z_i − L}. With |z_i| ≤ ‖λ‖ ≤ R at the feasible points the certificate evaluates,
+    each exponential's argument errs by ≤ 2Ru, so p_i errs relatively by ≤ (4R + 5)u. The
+    in-memory logsumexp's error is ≤ (2R + log n + 8)u, and the allowance's per-component
+    4R + 2 log n + 16 covers both, before the ×4 safety factor. S is a sum of n positive terms in
+    both paths (relative γ_n); the factor 2 in 4(n + 1) covers it.
     """
     u = UNIT_ROUNDOFF
     per_comp = (4.0 * (n + 1) + 2.0 * dim * radius * math.sqrt(dim) + 4.0 * radius
