@@ -108,3 +108,21 @@ def test_nuisance_passes_equal_the_in_memory_learners() -> None:
     grams, rhs = engine.map_sum(lambda p, s: engine_cate.ridge_sums(p, s, center=4.0, d=d))
     np.testing.assert_allclose(solve_ridge_arms(grams, rhs, n, 0.05),
                                fit_ridge_arms(xt, a, y - 4.0, 0.05), rtol=0, atol=1e-12)
+
+
+def test_the_split_is_the_in_memory_permutation_by_global_row_index() -> None:
+    """Any cut of the rows into batches selects the same D̃ rows as the in-memory split."""
+    from cli_tests.unit.test_cate_method import make_spec
+    from dpcausal.methods.cate import split_permutation
+    from dpcausal.methods.cate_setup import build_setup
+
+    spec = make_spec(features="rff", split_seed=3, first_half_fraction=0.4)
+    setup = build_setup(spec, 1237)
+    bits = engine_cate.nuisance_mask(spec, setup)
+    expected = np.zeros(1237, dtype=bool)
+    expected[split_permutation(spec, setup)[: setup.n_nuisance]] = True
+    for cuts in ([0, 1237], [0, 1, 9, 17, 640, 1000, 1237], [*range(0, 1237, 13), 1237]):
+        got = np.concatenate([engine_cate.in_nuisance_half(bits, a, b - a)
+                              for a, b in itertools.pairwise(cuts)])
+        np.testing.assert_array_equal(got, expected)
+    assert expected.sum() == setup.n_nuisance

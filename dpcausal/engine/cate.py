@@ -10,7 +10,7 @@ and clipped (x to the public box, Y to the public outcome bounds) before it ente
 Partition composition. The public split is the in-memory one, ``np.random.default_rng(split_seed)
 .permutation(n)``, built on the client from the public n alone: row i is in the nuisance half D̃
 when it is among the first n_nuisance entries of the permutation. Each batch selects its rows of
-D̃ or D by its global row index (``mask[start:start + rows]``), so the halves — and hence the
+D̃ or D by its global row index (:func:`in_nuisance_half`), so the halves — and hence the
 parallel composition over D̃ and D (total (ε, δ), not (2ε, 2δ)) — do not depend on the file
 layout or the partition count.
 
@@ -83,19 +83,28 @@ def _rows(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame, start: int
                         f"{start + 1})") from None
 
 
-def prepare_nuisance(spec: CateSpec, setup: CateSetup, mask: BoolArray, frame: pd.DataFrame,
-                     start: int) -> NuisancePart:
-    """The batch's rows in D̃ (``mask`` over global rows), validated, clipped, as (x̃, a, y)."""
+def in_nuisance_half(bits: npt.NDArray[np.uint8], start: int, rows: int) -> BoolArray:
+    """Membership of D̃ of the global rows [start, start + rows), from the packed public mask."""
+    lo = start // 8
+    flags = np.unpackbits(bits[lo:(start + rows + 7) // 8])
+    return flags[start - 8 * lo:start - 8 * lo + rows].astype(bool)
+
+
+def prepare_nuisance(spec: CateSpec, setup: CateSetup, bits: npt.NDArray[np.uint8],
+                     frame: pd.DataFrame, start: int) -> NuisancePart:
+    """The batch's rows in D̃ (``bits``: the packed mask over global rows), validated, clipped,
+    as (x̃, a, y)."""
     x, a, y = _rows(spec, setup, frame, start)
-    sel = mask[start:start + x.shape[0]]
+    sel = in_nuisance_half(bits, start, x.shape[0])
     return np.ascontiguousarray(setup.box.transform(x[sel])), a[sel], y[sel]
 
 
-def prepare_second(spec: CateSpec, setup: CateSetup, mask: BoolArray, prop: PropensityModel,
-                   outm: OutcomeModel, frame: pd.DataFrame, start: int) -> SecondPart:
-    """The batch's rows in D (not in ``mask``): (s, ρ, φ) from the released nuisances (fixed)."""
+def prepare_second(spec: CateSpec, setup: CateSetup, bits: npt.NDArray[np.uint8],
+                   prop: PropensityModel, outm: OutcomeModel, frame: pd.DataFrame,
+                   start: int) -> SecondPart:
+    """The batch's rows in D (not in D̃): (s, ρ, φ) from the released nuisances (fixed)."""
     x, a, y = _rows(spec, setup, frame, start)
-    sel = ~mask[start:start + x.shape[0]]
+    sel = ~in_nuisance_half(bits, start, x.shape[0])
     x, a, y = x[sel], a[sel], y[sel]
     rho, phi = pseudo_outcomes(setup.learner, a, y, prop.predict(x), outm.predict(x, 0),
                                outm.predict(x, 1))
@@ -114,10 +123,15 @@ def ridge_sums(part: NuisancePart, start: int, *, center: float, d: int
     return arm_sums(xt, a, y - center)
 
 
+def first_pass(part: NuisancePart, start: int, *, center: float, d: int) -> tuple[Any, ...]:
+    """The ridge sums and the logistic statistics at θ = 0, in one pass."""
+    return (*ridge_sums(part, start, center=center, d=d),
+            logistic_pass(part, start, theta=np.zeros(d), step=None))
+
+
 def _logistic_loss(z: FloatArray, a: FloatArray) -> FloatArray:
     """Σ_i ℓ over the rows for each column of z (z: rows × k)."""
-    pos = (a > 0.5)[:, None]
-    return -np.where(pos, log_expit(z), log_expit(-z)).sum(axis=0)
+    return -log_expit(np.where((a > 0.5)[:, None], z, -z)).sum(axis=0)
 
 
 def logistic_pass(part: NuisancePart, start: int, *, theta: FloatArray, step: FloatArray | None
@@ -136,8 +150,10 @@ def logistic_pass(part: NuisancePart, start: int, *, theta: FloatArray, step: Fl
     return grad, hess, _logistic_loss(xt @ cands, a)
 
 
-def fit_propensity(engine: Engine, m: int, d: int, l2: float) -> FloatArray:
-    """θ̂ of the DP logistic on D̃ by :func:`newton_logistic` over passes (same certificate)."""
+def fit_propensity(engine: Engine, m: int, d: int, l2: float,
+                   first: tuple[FloatArray, FloatArray, FloatArray] | None = None) -> FloatArray:
+    """θ̂ of the DP logistic on D̃ by :func:`newton_logistic` over passes (same certificate);
+    ``first`` is :func:`logistic_pass` at θ = 0 when a pass already computed it."""
     full: dict[str, Any] = {}
 
     def grad_hess(theta: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -159,29 +175,34 @@ def fit_propensity(engine: Engine, m: int, d: int, l2: float) -> FloatArray:
             full.update(theta=cand, grad=g, hess=h)
         return cand, cval
 
-    _, _, loss0 = engine.map_sum(functools.partial(logistic_pass, theta=np.zeros(d), step=None))
+    zero = np.zeros(d)
+    g0, h0, loss0 = first if first is not None else engine.map_sum(
+        functools.partial(logistic_pass, theta=zero, step=None))
+    full.update(theta=zero, grad=g0, hess=h0)
     return newton_logistic(grad_hess, line_search, d=d, m=m, l2=l2, val=float(loss0[0]) / m)
 
 
-def fit_nuisances(spec: CateSpec, setup: CateSetup, engine: Engine, mask: BoolArray,
-                  noise_rng: np.random.Generator) -> tuple[PropensityModel, OutcomeModel]:
+def fit_nuisances(spec: CateSpec, setup: CateSetup, engine: Engine,
+                  bits: npt.NDArray[np.uint8], noise_rng: np.random.Generator
+                  ) -> tuple[PropensityModel, OutcomeModel]:
     """The DP nuisances on D̃, noised once each on the client (propensity first, as in memory)."""
     prop_l, out_l = nuisance_learners(spec, setup)
     d = setup.box.dim
-    engine.load(functools.partial(prepare_nuisance, spec, setup, mask))
-    theta_e = fit_propensity(engine, setup.n_nuisance, d, prop_l.l2)
-    grams, rhs = engine.map_sum(functools.partial(ridge_sums, center=out_l.center, d=d))
+    engine.load(functools.partial(prepare_nuisance, spec, setup, bits))
+    grams, rhs, first = engine.map_sum(functools.partial(first_pass, center=out_l.center, d=d))
+    theta_e = fit_propensity(engine, setup.n_nuisance, d, prop_l.l2, first)
     theta_mu = solve_ridge_arms(grams, rhs, setup.n_nuisance, out_l.l2)
     prop = prop_l.release(theta_e, clip=setup.kappa, noise_rng=noise_rng)
     outm = out_l.release(theta_mu, noise_rng=noise_rng)
     return prop, outm
 
 
-def nuisance_mask(spec: CateSpec, setup: CateSetup) -> BoolArray:
-    """Membership of D̃ over the global row index, from the public permutation (no data)."""
+def nuisance_mask(spec: CateSpec, setup: CateSetup) -> npt.NDArray[np.uint8]:
+    """Membership of D̃ over the global row index, from the public permutation (no data), packed
+    8 rows a byte (it travels with every partition's mapping task)."""
     mask = np.zeros(setup.n_total, dtype=bool)
     mask[split_permutation(spec, setup)[: setup.n_nuisance]] = True
-    return mask
+    return np.packbits(mask)
 
 
 def run(spec: CateSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, Any], *,
@@ -192,11 +213,11 @@ def run(spec: CateSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, Any],
                         "cate.features: rff, or run in memory (no engine section, no --engine)")
     setup = build_setup(spec, engine.n_rows)
     queries = query_points(spec, setup, side)
-    mask = nuisance_mask(spec, setup)
-    prop, outm = fit_nuisances(spec, setup, engine, mask, noise_rng)
+    bits = nuisance_mask(spec, setup)
+    prop, outm = fit_nuisances(spec, setup, engine, bits, noise_rng)
     feats = rff_features(spec, setup)
-    engine.load(functools.partial(prepare_second, spec, setup, mask, prop, outm))
-    del mask
+    engine.load(functools.partial(prepare_second, spec, setup, bits, prop, outm))
+    del bits
     fit = solve_rff_engine(engine, feats, n=setup.n, lam0=setup.lam0, huber_c=setup.huber_c,
                            grad_tol=setup.grad_tol)
     weights = function_mechanism(spec, setup).release_weights(fit.w, rng=noise_rng)

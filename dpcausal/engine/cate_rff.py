@@ -75,12 +75,14 @@ def rff_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None,
     blocks = _Blocks(lambda i0, i1: feats.transform(s[i0:i1]), n, p, rows or block_rows(p), 0.0)
     for i0, i1, z in blocks:
         ph, rc = phi[i0:i1], rho[i0:i1]
-        r = z @ v - ph
+        fv = z @ v  # margins at a point are always this one product (consistent inside sets)
+        r = fv - ph
         f = None
         if step is None:
             losses[0] += float(rc @ huber_value(r, c))
         else:
-            f, df = z @ w, z @ step
+            f = z @ w
+            df = fv - f  # Z·step without a third product
             rt = f[:, None] + df[:, None] * T_GRID[None, :] - ph[:, None]
             losses += rc @ huber_value(rt, c)
         ins = _inside(r, c)
