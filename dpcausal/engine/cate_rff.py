@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -38,7 +40,6 @@ from dpcausal.methods.cate_rff import (
     FourierFeatures,
     RffFit,
     _add_gram_upper,
-    _Blocks,
     block_rows,
 )
 
@@ -46,12 +47,28 @@ FloatArray = npt.NDArray[np.float64]
 Part = tuple[FloatArray, FloatArray, FloatArray]
 """One prepared batch of second-half rows: box-scaled covariates s, weights ρ, pseudo-outcomes φ."""
 
+Z_THREADS = 2
+"""Threads computing feature blocks ahead of the one being summed."""
 T_GRID = 0.5 ** np.arange(28)
 """The in-memory backtracking steps 1, ½, …, 2⁻²⁷ (the first below 1e-8, where it stops)."""
 
 
 def _inside(r: FloatArray, c: float | None) -> npt.NDArray[np.bool_]:
     return np.ones(r.shape[0], dtype=bool) if c is None else np.abs(r) <= c
+
+
+def _feature_blocks(feats: FourierFeatures, s: FloatArray, rows: int
+                    ) -> Iterator[tuple[int, int, FloatArray]]:
+    """(i0, i1, ζ(s[i0:i1])) in row order; the cos/sin of the next blocks run in ``Z_THREADS``
+    threads meanwhile (they dominate a pass; NumPy releases the GIL)."""
+    bounds = [(i, min(i + rows, s.shape[0])) for i in range(0, s.shape[0], rows)]
+    with ThreadPoolExecutor(max_workers=Z_THREADS) as pool:
+        ahead: dict[int, Future[FloatArray]] = {}
+        for k, (i0, i1) in enumerate(bounds):
+            for j in range(k, min(k + Z_THREADS + 1, len(bounds))):
+                if j not in ahead:
+                    ahead[j] = pool.submit(feats.transform, s[bounds[j][0]:bounds[j][1]])
+            yield i0, i1, ahead.pop(k).result()
 
 
 def rff_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None, w: FloatArray,
@@ -72,8 +89,7 @@ def rff_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None,
     if n == 0:
         return zuv[:, 0].copy(), zuv[:, 1].copy(), d_hess, losses
     v = w if step is None else w + step
-    blocks = _Blocks(lambda i0, i1: feats.transform(s[i0:i1]), n, p, rows or block_rows(p), 0.0)
-    for i0, i1, z in blocks:
+    for i0, i1, z in _feature_blocks(feats, s, rows or block_rows(p)):
         ph, rc = phi[i0:i1], rho[i0:i1]
         fv = z @ v  # margins at a point are always this one product (consistent inside sets)
         r = fv - ph
