@@ -86,6 +86,18 @@ def run(spec: Path, extra: list[str], command: str = "owl",
             "summary": out["summary"], "theta": doc.get("theta")}
 
 
+def run_on(engine: str, spec: Path, **kw: str) -> dict[str, object]:
+    """``run`` with the command-line flags of ``engine``; ``dask-procs`` starts a 2-process tcp
+    LocalCluster first (the peak RSS reported is then the client's only)."""
+    if engine == "dask-procs":
+        from distributed import LocalCluster
+
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                          dashboard_address=":0") as lc:
+            return run(spec, ["--engine-address", lc.scheduler_address], **kw)
+    return run(spec, {"memory": [], "local-stream": []}.get(engine, ["--engine", engine]), **kw)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=10_000_000)
@@ -103,15 +115,7 @@ def main() -> None:
     results = {}
     for engine in args.engines:
         spec = write_spec(work / f"{engine}.yaml", root, args.covariates, work / engine, engine)
-        if engine == "dask-procs":  # a 2-process tcp LocalCluster; peak RSS is the client's only
-            from distributed import LocalCluster
-
-            with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                              dashboard_address=":0") as lc:
-                res = run(spec, ["--engine-address", lc.scheduler_address])
-        else:
-            extra = {"memory": [], "local-stream": []}.get(engine, ["--engine", engine])
-            res = run(spec, extra)
+        res = run_on(engine, spec)
         res["rows_per_second"] = args.rows / float(res["seconds"])  # type: ignore[arg-type]
         results[engine] = res
         print(f"{engine}: {res['seconds']:.1f} s, {res['rows_per_second']:,.0f} rows/s, "

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
-from scale_owl import DATA_DIR, FILE_ROWS, ROW_GROUP, run
+from scale_owl import DATA_DIR, FILE_ROWS, ROW_GROUP, run_on
 
 
 def make_data(root: Path, rows: int, p: int, seed: int = 20260102) -> None:
@@ -58,7 +58,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--covariates", type=int, default=20)
     ap.add_argument("--engines", nargs="+", default=["local", "dask"],
-                    choices=["memory", "local", "local-stream", "dask"])
+                    choices=["memory", "local", "local-stream", "dask", "dask-procs"])
     args = ap.parse_args()
     root = DATA_DIR / f"scale_select_policy_{args.rows}x{args.covariates}"
     if not root.exists():
@@ -69,8 +69,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     for engine in args.engines:
         spec = write_spec(work / f"{engine}.yaml", root, args.covariates, work / engine, engine)
-        extra = {"memory": [], "local-stream": []}.get(engine, ["--engine", engine])
-        res = run(spec, extra, command="select-policy", document="selection.json")
+        res = run_on(engine, spec, command="select-policy", document="selection.json")
         rate = args.rows / float(res["seconds"])  # type: ignore[arg-type]
         print(f"{engine}: {res['seconds']:.1f} s, {rate:,.0f} rows/s, peak RSS "
               f"{res['peak_rss_mb']:.0f} MB, {res['summary']}", flush=True)
