@@ -148,23 +148,40 @@ def logit_pass(part: Part, start: int, *, lam: FloatArray) -> tuple[float, Float
     return wts.logit_sums(feats, a.astype(np.float64), lam)
 
 
-def _ebw_rows(part: Part, counts: tuple[int, int], kappa: float, m_g: float) -> FloatArray:
+def _ebw_blocks(part: Part, counts: tuple[int, int], kappa: float, m_g: float
+                ) -> list[tuple[npt.NDArray[np.bool_], FloatArray]]:
+    """(mask, nonzero block of the rows b_i) for the control then the treated rows of the batch."""
     _, a, _, g, _ = part
     assert g is not None
-    return wts.ebw_rows(a, g, kappa, m_g, counts=counts)
+    n = counts[0] + counts[1]
+    return [(mask, wts.ebw_arm_rows(g[mask], n, n_arm, kappa, m_g) if n_arm
+             else np.zeros((0, g.shape[1])))
+            for mask, n_arm in ((~a, counts[0]), (a, counts[1]))]
+
+
+def _ebw_exponents(blocks: list[tuple[npt.NDArray[np.bool_], FloatArray]], lam: FloatArray
+                   ) -> tuple[float, list[FloatArray]]:
+    """(m, [e_arm]) with z = ⟨λ_arm, b_i⟩ (λ's block of the row's arm), m = max z, e = e^{z − m}."""
+    k = blocks[0][1].shape[1]
+    zs = [rows @ lam[j * k:(j + 1) * k] for j, (_, rows) in enumerate(blocks)]
+    m = max((float(z.max()) for z in zs if z.size), default=-math.inf)
+    return m, [np.exp(z - m) for z in zs]
 
 
 def ebw_pass(part: Part, start: int, *, lam: FloatArray, counts: tuple[int, int], kappa: float,
              m_g: float) -> tuple[float, float, FloatArray, FloatArray]:
-    """(m = max z, Σe, Σe b, Σe b bᵀ) of the batch with e = exp(z − m), z = ⟨λ, b_i⟩."""
-    rows = _ebw_rows(part, counts, kappa, m_g)
-    z = rows @ lam
-    d = rows.shape[1]
-    if z.size == 0:
-        return -math.inf, 0.0, np.zeros(d), np.zeros((d, d))
-    m = float(z.max())
-    e = np.exp(z - m)
-    return m, float(e.sum()), rows.T @ e, (rows.T * e) @ rows
+    """(m = max z, Σe, Σe b, Σe b bᵀ) of the batch with e = exp(z − m), z = ⟨λ, b_i⟩; b_i is
+    zero outside its arm's block, so Σe b bᵀ is block-diagonal and computed per block."""
+    blocks = _ebw_blocks(part, counts, kappa, m_g)
+    m, es = _ebw_exponents(blocks, lam)
+    k = blocks[0][1].shape[1]
+    first, second, total = np.zeros(2 * k), np.zeros((2 * k, 2 * k)), 0.0
+    for j, ((_, rows), e) in enumerate(zip(blocks, es, strict=True)):
+        blk = slice(j * k, (j + 1) * k)
+        total += float(e.sum())
+        first[blk] = rows.T @ e
+        second[blk, blk] = (rows.T * e) @ rows
+    return m, total, first, second
 
 
 def combine_ebw(parts: list[tuple[float, float, FloatArray, FloatArray]]
@@ -224,10 +241,12 @@ def ebw_stage2_pass(part: Part, start: int, *, lam: FloatArray, counts: tuple[in
                     kappa: float, m_g: float) -> tuple[float, tuple[FloatArray, ...]]:
     """(m, per-arm stage-2 sums with u = exp(z − m)), m = the batch's max z."""
     _, a, t, _, _ = part
-    x = features(part)
-    z = _ebw_rows(part, counts, kappa, m_g) @ lam
-    m = float(z.max()) if z.size else -math.inf
-    return m, _arm_sums(x, a, t, np.exp(z - m))
+    blocks = _ebw_blocks(part, counts, kappa, m_g)
+    m, es = _ebw_exponents(blocks, lam)
+    u = np.empty(len(t))
+    for (mask, _), e in zip(blocks, es, strict=True):
+        u[mask] = e
+    return m, _arm_sums(features(part), a, t, u)
 
 
 # ---- the client side ----

@@ -415,6 +415,20 @@ def ebw_rows(a: BoolArray, moments: FloatArray, kappa: float, m_g: float,
     return rows
 
 
+def ebw_arm_rows(moments_arm: FloatArray, n: int, n_arm: int, kappa: float,
+                 m_g: float) -> FloatArray:
+    """The nonzero block of :func:`ebw_rows` for the rows of one arm: (n/n_a)·s·g(x_i), clipped
+    to unit norm (the other block of these rows is 0). The engine path (dpcausal/engine/
+    two_stage.py) works per block: z_i, Σp b and the block-diagonal Σp b bᵀ at a quarter of the
+    dense cost. Equal to ebw_rows' block up to the rounding of the row norm (summed over k, not 2k
+    columns)."""
+    rows = (n / n_arm) * (kappa / m_g) * moments_arm
+    norms = np.linalg.norm(rows, axis=1)
+    over = norms > 1.0
+    rows[over] /= norms[over, None]
+    return rows
+
+
 def ebw_target(moment_mean: FloatArray, kappa: float, m_g: float) -> FloatArray:
     """The dual's target (s·ḡ, s·ḡ), s = κ/M_g, ḡ the sample mean of the moments."""
     half = (kappa / m_g) * moment_mean
