@@ -319,3 +319,32 @@ def test_stage2_features_recomputed_from_the_stage1_input_are_bitwise_the_featur
     assert part[0] is None  # one copy of the covariates per cached batch
     expected = setup.fmap.transform(frame[COVS].to_numpy())
     assert np.array_equal(eng.features(part), expected)
+
+
+@pytest.mark.slow
+def test_a_worker_process_that_dies_mid_run_is_replaced_and_the_release_is_unchanged(
+    tmp_path: Path, data: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real worker death (os._exit in a worker process during a stage-1 ebw pass): the
+    scheduler recomputes the lost partitions and the release equals the in-memory one."""
+    import os
+
+    import dpcausal.engine.two_stage as engine_two_stage
+
+    reference, _ = _run(_spec(tmp_path, data["csv"], "ebw"))
+    marker = tmp_path / "died"
+    real = engine_two_stage.ebw_pass
+
+    def dies_once(part: Any, start: int, **kw: Any) -> Any:  # pickled by value to the worker
+        if start > 0 and np.any(kw["lam"] != 0.0) and not marker.exists():
+            marker.write_text("x")
+            os._exit(1)
+        return real(part, start, **kw)
+
+    monkeypatch.setattr(engine_two_stage, "ebw_pass", dies_once)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as lc:
+        theta, _ = _run(_spec(tmp_path, data["four"], "ebw", engine={
+            "kind": "dask", "batch_rows": 1000, "address": lc.scheduler_address}))
+    assert marker.exists()
+    np.testing.assert_allclose(theta, reference, rtol=0, atol=1e-9)
