@@ -132,6 +132,7 @@ def test_engines_give_the_same_release_whatever_the_partitioning(
     assert float(np.abs(reference).sum()) < 50.0  # the stage-2 ℓ₁ ball is not active either
     local = {"kind": "local", "batch_rows": 1000}
     runs = {
+        "local, csv": _run(_spec(tmp_path, data["csv"], weights, engine=local)),
         "local, 1 file": _run(_spec(tmp_path, data["one"], weights), "--engine", "local"),
         "local, 4 files": _run(_spec(tmp_path, data["four"], weights, engine=local)),
         "local, 4 files, no cache": _run(_spec(tmp_path, data["four"], weights,

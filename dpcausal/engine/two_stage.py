@@ -13,8 +13,9 @@ bounds) before it enters any statistic.
   bound in use is method-specific, ``_certified``) run on the client with a ``fun(λ, μ)`` whose
   value, gradient and Hessian are engine passes: ipw-logit sums Σ(log(1+eᶻ) − a z), Σ(p − a)x,
   Σp(1−p)xxᵀ over batches (``map_sum``); ebw returns per batch (max z, Σe^{z−max}, Σe^{z−max}b,
-  Σe^{z−max}bbᵀ) and the client combines the log-sum-exp stably (``map_list``: rescale each batch
-  by e^{max_b − max}, so no term under- or overflows whatever ‖λ‖ the Newton iterates reach). ebw
+  Σe^{z−max}bbᵀ — block-diagonal: b_i is zero outside its arm's block) and the client combines
+  the log-sum-exp stably (``map_list``: rescale each batch by e^{max_b − max}, so no term under-
+  or overflows whatever ‖λ‖ the Newton iterates reach). ebw
   first takes one pass for the arm counts n₀, n₁ (its rows are (n/n_a)·s·g(x)) and the target
   mean ḡ of the moments. A pass is cached by λ (the sums do not depend on the multiplier μ).
 * Stage 2: one pass of per-arm (Σu, Σu x xᵀ, Σu t x), then w = α_a·u with α the in-memory
