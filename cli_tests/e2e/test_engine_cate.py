@@ -172,3 +172,35 @@ def test_bad_treatment_value_is_a_data_error_naming_its_batch(tmp_path: Path) ->
     assert "'A'" in res.stderr and "data row 346" in res.stderr
     assert "batch that starts at data row 2001" in res.stderr
     assert not (tmp_path / "out" / "receipt.json").exists()
+
+
+@pytest.mark.slow
+def test_a_worker_process_that_dies_mid_run_is_replaced_and_the_release_is_unchanged(
+    tmp_path: Path, data: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real worker death (os._exit in a worker process during a second-stage Newton pass): the
+    scheduler recomputes the lost partitions (read, clip, ρ and φ from the released nuisances) on
+    the surviving worker; the passes keep no per-row state, so the release equals the in-memory
+    one."""
+    import os
+
+    import dpcausal.engine.cate_rff as ecr
+
+    w_ref, tau_ref, _ = _release(_spec(tmp_path, data["many"]))
+    marker = tmp_path / "died"
+    real = ecr.rff_pass
+
+    def dies_once(part: Any, start: int, **kw: Any) -> Any:  # pickled by value to the worker
+        if kw["step"] is not None and start > 0 and not marker.exists():
+            marker.write_text("x")
+            os._exit(1)
+        return real(part, start, **kw)
+
+    monkeypatch.setattr(ecr, "rff_pass", dies_once)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as lc:
+        w, tau, _ = _release(_spec(tmp_path, data["many"], engine={
+            "kind": "dask", "batch_rows": 1000, "address": lc.scheduler_address}))
+    assert marker.exists()
+    np.testing.assert_allclose(w, w_ref, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(tau, tau_ref, rtol=0, atol=1e-8)
