@@ -62,10 +62,19 @@ def write_spec(path: Path, data: Path, p: int, out: Path, engine: str) -> Path:
 
 def run(spec: Path, extra: list[str], command: str = "owl",
         document: str = "rule.json") -> dict[str, object]:
-    """One CLI run in a child process; wall time and the child's peak RSS."""
+    """One CLI run in a child process; wall time, the child's peak RSS and, on an engine, its number
+    of data passes (counted in the child: the CLI never publishes it, it is data-dependent)."""
     code = (
-        "import resource, sys, time\n"
+        "import contextlib, resource, sys, time\n"
+        "import dpcausal.engine as E\n"
         "from dpcausal.cli import main\n"
+        "real = E.open_engine\n"
+        "@contextlib.contextmanager\n"
+        "def counting(*a, **k):\n"
+        "    with real(*a, **k) as eng:\n"
+        "        yield eng\n"
+        "        sys.stderr.write(f'PASSES {eng.passes}\\n')\n"
+        "E.open_engine = counting\n"
         "sys.argv = ['dpcausal', *sys.argv[1:]]\n"
         "t = time.perf_counter()\n"
         "try:\n    main()\n"
@@ -82,8 +91,10 @@ def run(spec: Path, extra: list[str], command: str = "owl",
     line = [x for x in proc.stderr.splitlines() if x.startswith("BENCH ")][-1].split()
     out = json.loads(proc.stdout)
     doc = json.loads((Path(out["output_paths"][0]).parent / document).read_text())
+    passes = [int(x.split()[1]) for x in proc.stderr.splitlines() if x.startswith("PASSES ")]
     return {"seconds": float(line[1]), "peak_rss_mb": int(line[2]) / 1024.0,
-            "summary": out["summary"], "theta": doc.get("theta")}
+            "summary": out["summary"], "theta": doc.get("theta"),
+            "passes": passes[-1] if passes else None}
 
 
 def run_on(engine: str, spec: Path, **kw: str) -> dict[str, object]:
@@ -119,7 +130,7 @@ def main() -> None:
         res["rows_per_second"] = args.rows / float(res["seconds"])  # type: ignore[arg-type]
         results[engine] = res
         print(f"{engine}: {res['seconds']:.1f} s, {res['rows_per_second']:,.0f} rows/s, "
-              f"peak RSS {res['peak_rss_mb']:.0f} MB, {res['summary']}", flush=True)
+              f"peak RSS {res['peak_rss_mb']:.0f} MB, passes {res['passes']}, {res['summary']}", flush=True)
     thetas = [np.array(r["theta"]) for r in results.values()]
     if len(thetas) > 1:
         diff = max(float(np.abs(t - thetas[0]).max()) for t in thetas[1:])

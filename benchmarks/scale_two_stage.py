@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from scale_owl import DATA_DIR, run
+from scale_owl import DATA_DIR, run_on
 from scale_select_policy import make_data
 
 
@@ -51,7 +51,7 @@ def main() -> None:
     ap.add_argument("--covariates", type=int, default=20)
     ap.add_argument("--weights", default="ipw-logit", choices=["ipw-logit", "ebw", "uniform"])
     ap.add_argument("--engines", nargs="+", default=["local", "dask"],
-                    choices=["memory", "local", "local-stream", "dask"])
+                    choices=["memory", "local", "local-stream", "dask", "dask-procs"])
     args = ap.parse_args()
     root = DATA_DIR / f"scale_select_policy_{args.rows}x{args.covariates}"
     if not root.exists():
@@ -65,13 +65,12 @@ def main() -> None:
         load = os.getloadavg()[0]
         spec = write_spec(work / f"{engine}.yaml", root, args.covariates, work / engine, engine,
                           args.weights)
-        extra = {"memory": [], "local-stream": []}.get(engine, ["--engine", engine])
-        res = run(spec, extra, command="two-stage")
+        res = run_on(engine, spec, command="two-stage")
         rate = args.rows / float(res["seconds"])  # type: ignore[arg-type]
         summary = res["summary"]
         thetas[engine] = np.array(res["theta"])
         print(f"{engine}: {res['seconds']:.1f} s, {rate:,.0f} rows/s, peak RSS "
-              f"{res['peak_rss_mb']:.0f} MB, passes {summary.get('data_passes', '—')}, "  # type: ignore[union-attr]
+              f"{res['peak_rss_mb']:.0f} MB, passes {res['passes']}, "
               f"load before {load:.1f}, after {os.getloadavg()[0]:.1f}; {summary}", flush=True)
     if len(thetas) > 1:
         first = next(iter(thetas.values()))

@@ -52,3 +52,27 @@ def write_yaml(path: Path, doc: dict[str, Any]) -> Path:
 def read_json(path: Path) -> Any:
     """Load a JSON file."""
     return json.loads(Path(path).read_text())
+
+
+def count_engine_passes(monkeypatch: Any) -> list[int]:
+    """Record each engine run's number of data passes (appended when its engine closes).
+
+    The count follows the solvers' data-dependent iteration counts, so the CLI never publishes it;
+    tests read it here instead."""
+    import contextlib
+
+    import dpcausal.engine as engine_mod
+
+    real = engine_mod.open_engine
+    counts: list[int] = []
+
+    @contextlib.contextmanager
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        with real(*args, **kwargs) as engine:
+            try:
+                yield engine
+            finally:
+                counts.append(engine.passes)
+
+    monkeypatch.setattr(engine_mod, "open_engine", counting)
+    return counts

@@ -119,7 +119,8 @@ def test_the_receipt_records_where_the_data_passes_ran(tmp_path: Path, cluster: 
     assert receipts["dask"]["engine"]["kind"] == "dask"
     assert "2 workers" in receipts["dask"]["engine"]["description"]
     for name in ("local", "dask"):
-        assert receipts[name]["engine"]["data_passes"] >= 2
+        # the pass count follows the solver's data-dependent iterations: never published
+        assert set(receipts[name]["engine"]) == {"kind", "description"}
         assert receipts[name]["dp_guarantee"] is True
     ver = invoke(["audit", "verify", "--receipt", tmp_path / "out" / "receipt.json"])
     assert ver.exit_code == 0, ver.stdout + ver.stderr

@@ -60,8 +60,9 @@ def build_receipt(
     dataset
         The ledger's dataset label, if any.
     engine
-        Where the data passes ran, when an engine did (``kind``, ``description``, ``data_passes``);
-        the key is absent for the in-memory path. Public facts about the computation only.
+        Where the data passes ran, when an engine did (``kind``, ``description``); the key is
+        absent for the in-memory path. Public facts only: not the number of passes, which follows
+        the solvers' data-dependent iteration counts.
     """
     cost = plan.cost
     dp = plan.dp_guarantee and not seeded_noise

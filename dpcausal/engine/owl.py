@@ -55,7 +55,7 @@ def run(spec: OwlSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, pd.Dat
     rule = rule_document(spec, setup, theta, plan)
     release = Release(documents={"rule.json": rule})
     summary: dict[str, Any] = {"released_theta_norm": float(np.linalg.norm(theta)),
-                               "engine": engine.description, "data_passes": engine.passes}
+                               "engine": engine.description}
     if "apply_to" in side:
         recs = apply_rule(rule, side["apply_to"], spec.owl.apply_to)
         release.tables["recommendations"] = recs

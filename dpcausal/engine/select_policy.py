@@ -173,7 +173,7 @@ def run(spec: SelectPolicySpec, engine: Engine, plan: PrivacyPlan, side: dict[st
     del utilities
     summary: dict[str, Any] = {"selected_policy": doc["selected"]["name"],
                                "library_size": setup.library.size, "delta": setup.delta,
-                               "engine": engine.description, "data_passes": engine.passes}
+                               "engine": engine.description}
     if value_doc is not None:
         summary["released_value"] = value_doc["value"]
     return Release(documents={"selection.json": doc}, summary=summary)

@@ -358,5 +358,5 @@ def run(spec: TwoStageSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, p
     h, g = stage2_stats(spec, setup, engine, n)
     release = release_rule(spec, setup, plan, h, g, n, side, noise_rng=noise_rng)
     del h, g
-    release.summary.update({"engine": engine.description, "data_passes": engine.passes})
+    release.summary["engine"] = engine.description
     return release
