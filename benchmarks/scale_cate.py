@@ -70,7 +70,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--rff-dim", type=int, default=500)
     ap.add_argument("--engines", nargs="+", default=["memory", "local", "local-stream", "dask"],
-                    choices=["memory", "local", "local-stream", "dask"])
+                    choices=["memory", "local", "local-stream", "dask", "dask-procs"])
     args = ap.parse_args()
     root = DATA_DIR / f"scale_cate_{args.rows}x{Q}"
     if not root.exists():
@@ -86,7 +86,15 @@ def main() -> None:
         extra = {"memory": [], "local-stream": []}.get(engine, ["--engine", engine])
         load = os.getloadavg()
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        res = run(spec, extra, command="cate", document="cate_function.json")
+        if engine == "dask-procs":  # a 2-process tcp LocalCluster: RSS and CPU of the client only
+            from distributed import LocalCluster
+
+            with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                              dashboard_address=":0") as lc:
+                res = run(spec, ["--engine-address", lc.scheduler_address], command="cate",
+                          document="cate_function.json")
+        else:
+            res = run(spec, extra, command="cate", document="cate_function.json")
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         weights[engine] = np.array(json.loads(
