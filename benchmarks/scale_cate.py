@@ -4,7 +4,8 @@ Writes a seeded synthetic observational table of ROWS × 5 covariates (the DGP o
 benchmarks/cate_speed.py) as a directory of Parquet files, generated file by file, plus 1,000
 public query points; then runs ``dpcausal cate`` (function mode, random Fourier features with
 ``--rff-dim`` pairs, ε = 1, δ = min(1e-6, 0.1/rows)) in a fresh process per engine and reports
-wall time, rows per second, the process's CPU time and peak RSS and the data passes (see scale_owl.py; with
+wall time, rows per second, the process's CPU time and peak RSS and the data passes (counted
+in the child process by scale_owl.run: the CLI never publishes them) (see scale_owl.py; with
 ``dask`` and no address the 2-worker LocalCluster runs in that process, so its workers' memory is
 included). All runs use the same test noise seed, so the released weights are compared.
 
@@ -99,12 +100,9 @@ def main() -> None:
         cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         weights[engine] = np.array(json.loads(
             (work / engine / "cate_function.json").read_text())["weights"])
-        summary = res["summary"]
-        assert isinstance(summary, dict)
         print(f"{engine}: {res['seconds']:.1f} s, {args.rows / float(res['seconds']):,.0f} "  # type: ignore[arg-type]
               f"rows/s, CPU {cpu:.1f} s, peak RSS {res['peak_rss_mb']:.0f} MB, passes "
-              f"{summary.get('data_passes', '-')}, Newton {summary.get('second_stage_newton_iterations', '-')}, "
-              f"load avg before {load[0]:.2f} / {load[1]:.2f}", flush=True)
+              f"{res['passes'] or '-'}, load avg before {load[0]:.2f} / {load[1]:.2f}", flush=True)
     first = next(iter(weights.values()))
     if len(weights) > 1:
         diff = max(float(np.abs(w - first).max()) for w in weights.values())

@@ -223,8 +223,8 @@ def run(spec: CateSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, Any],
     weights = function_mechanism(spec, setup).release_weights(fit.w, rng=noise_rng)
     sq = setup.box.unit(queries[list(setup.covariates)].to_numpy(dtype=np.float64))
     release = build_release(spec, setup, queries, feats.evaluate(sq, weights), weights)
-    release.summary.update({"engine": engine.description, "data_passes": engine.passes,
-                            "second_stage_newton_iterations": fit.iterations})
+    # public facts only: the pass and iteration counts follow the data, so they are never published
+    release.summary["engine"] = engine.description
     return release
 
 
