@@ -88,21 +88,27 @@ class DaskEngine:
                   for part, piece in zip(parts, self.pieces, strict=True)]
         self._parts = self._call(lambda: self.client.compute(mapped))
 
-    def _map(self, stat: StatFn) -> list[Any]:
+    def _futures(self, stat: StatFn) -> list[Any]:
         assert self._parts, "load() first"
         self.passes += 1
         starts = [p.start for p in self.pieces]
-        return self._call(
-            lambda: self.client.gather(self.client.map(stat, self._parts, starts, pure=False)))
+        return self._call(lambda: self.client.map(stat, self._parts, starts, pure=False))
 
     def map_sum(self, stat: StatFn) -> Any:
-        total = None
-        for result in self._map(stat):
-            total = tree_add(total, result)
-        return total
+        """Σ of the per-partition statistics, added pairwise ON THE WORKERS in a fixed tree over
+        the partition order ((0+1)+(2+3))+…, so the client receives one statistic, not one per
+        partition (a 2m × 2m Gram per partition would otherwise pile up on the client); the same
+        partitions always give the same summation order."""
+        level = self._futures(stat)
+        while len(level) > 1:
+            pairs = [self.client.submit(tree_add, level[i], level[i + 1], pure=False)
+                     for i in range(0, len(level) - 1, 2)]
+            level = pairs + level[len(level) - len(level) % 2:]
+        return self._call(lambda: level[0].result())
 
     def map_list(self, stat: StatFn) -> list[Any]:
-        return self._map(stat)
+        futures = self._futures(stat)
+        return self._call(lambda: self.client.gather(futures))
 
     def close(self) -> None:
         for obj in (getattr(self, "client", None), self._cluster):
