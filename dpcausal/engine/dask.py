@@ -1,7 +1,8 @@
 """The Dask engine: the table is a ``dask.dataframe`` with one partition per piece (Parquet row
 groups of one file, read with column projection on the workers); each partition is mapped once
 (clipping, features) and kept on its worker, and every pass maps a per-partition statistic and
-sums the small results on the client, in row order. No noise is ever drawn on a worker."""
+adds the results pairwise on the workers in a fixed tree over the partition order; the client
+receives the one total. No noise is ever drawn on a worker."""
 
 from __future__ import annotations
 
