@@ -76,3 +76,17 @@ def count_engine_passes(monkeypatch: Any) -> list[int]:
 
     monkeypatch.setattr(engine_mod, "open_engine", counting)
     return counts
+
+
+def write_parts(frame: Any, root: Path, n_files: int, row_group: int) -> Path:
+    """``frame`` as a directory of ``n_files`` Parquet files (consecutive rows, ``row_group`` rows
+    per row group) plus a ``_SUCCESS`` marker the reader must skip."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root.mkdir(parents=True)
+    for i, idx in enumerate(np.array_split(np.arange(len(frame)), n_files)):
+        pq.write_table(pa.Table.from_pandas(frame.iloc[idx], preserve_index=False),
+                       root / f"part-{i:03d}.parquet", row_group_size=row_group)
+    (root / "_SUCCESS").write_text("")
+    return root

@@ -10,11 +10,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from cli_tests.helpers import count_engine_passes, invoke, read_json, write_yaml
+from cli_tests.helpers import count_engine_passes, invoke, read_json, write_parts, write_yaml
 from cli_tests.unit.test_cate_method import dataset1
 
 distributed = pytest.importorskip("distributed")
@@ -23,29 +21,13 @@ N_ROWS = 3_000
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Any:
-    """An in-process 2-worker cluster shared by this module's tests."""
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=":0") as lc:
-        yield lc
-
-
-def _write_parts(frame: pd.DataFrame, root: Path, n_files: int, row_group: int) -> Path:
-    root.mkdir(parents=True)
-    for i, idx in enumerate(np.array_split(np.arange(len(frame)), n_files)):
-        pq.write_table(pa.Table.from_pandas(frame.iloc[idx], preserve_index=False),
-                       root / f"part-{i:03d}.parquet", row_group_size=row_group)
-    return root
-
-
-@pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("cate_engine")
     frame = dataset1(N_ROWS, 21)
     csv = root / "t.csv"
     frame.to_csv(csv, index=False)
-    return {"csv": csv, "one": _write_parts(frame, root / "one", n_files=1, row_group=N_ROWS),
-            "many": _write_parts(frame, root / "many", n_files=4, row_group=250)}
+    return {"csv": csv, "one": write_parts(frame, root / "one", n_files=1, row_group=N_ROWS),
+            "many": write_parts(frame, root / "many", n_files=4, row_group=250)}
 
 
 def _spec(tmp: Path, data: Path, *, engine: dict[str, Any] | None = None, ledger: bool = False,
@@ -172,7 +154,7 @@ def test_dry_run_with_an_engine_reads_no_row(tmp_path: Path, data: dict[str, Pat
 def test_bad_treatment_value_is_a_data_error_naming_its_batch(tmp_path: Path) -> None:
     frame = dataset1(N_ROWS, 22)
     frame.loc[2_345, "A"] = 2.0  # global data row 2346: row 346 of the batch from row 2001
-    parts = _write_parts(frame, tmp_path / "p", n_files=3, row_group=400)
+    parts = write_parts(frame, tmp_path / "p", n_files=3, row_group=400)
     res = invoke(["cate", "--spec", _spec(tmp_path, parts), "--engine", "local"])
     assert res.exit_code == 2, res.stdout + res.stderr
     assert "'A'" in res.stderr and "data row 346" in res.stderr

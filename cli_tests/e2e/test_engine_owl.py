@@ -10,24 +10,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from cli_tests.helpers import invoke, read_json, write_yaml
+from cli_tests.helpers import invoke, read_json, write_parts, write_yaml
 from dpcausal.solvers import erm
 
 distributed = pytest.importorskip("distributed")
 
 N_ROWS = 3_000
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Any:
-    """An in-process 2-worker cluster shared by this module's tests."""
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=":0") as lc:
-        yield lc
 
 
 def _frame(n: int = N_ROWS, seed: int = 0) -> pd.DataFrame:
@@ -37,15 +27,6 @@ def _frame(n: int = N_ROWS, seed: int = 0) -> pd.DataFrame:
     b = x[:, 0] - x[:, 1] + (2 * a - 1) * (x[:, 2] - 0.5) * 3 + rng.normal(0.0, 1.0, n)
     return pd.DataFrame({"x1": x[:, 0], "x2": x[:, 1], "x3": x[:, 2], "x4": x[:, 3],
                          "A": a, "B": b, "unused": rng.normal(size=n)})
-
-
-def _write_parts(frame: pd.DataFrame, root: Path, n_files: int, row_group: int) -> Path:
-    root.mkdir(parents=True)
-    for i, idx in enumerate(np.array_split(np.arange(len(frame)), n_files)):
-        pq.write_table(pa.Table.from_pandas(frame.iloc[idx], preserve_index=False),
-                       root / f"part-{i:03d}.parquet", row_group_size=row_group)
-    (root / "_SUCCESS").write_text("")
-    return root
 
 
 def _spec(tmp: Path, data: Path, *, engine: dict[str, Any] | None = None,
@@ -83,8 +64,8 @@ def test_engines_give_the_same_release_whatever_the_partitioning(
     owl = {"kernel": kernel, **({"rff": {"dim": 8, "bandwidth": 1.0, "seed": 3}}
                                 if kernel == "rff" else {})}
     reference = _theta(_spec(tmp_path, csv, **owl))
-    parts_a = _write_parts(frame, tmp_path / "a", n_files=1, row_group=3_000)
-    parts_b = _write_parts(frame, tmp_path / "b", n_files=4, row_group=400)
+    parts_a = write_parts(frame, tmp_path / "a", n_files=1, row_group=3_000)
+    parts_b = write_parts(frame, tmp_path / "b", n_files=4, row_group=400)
     runs = {
         "memory, directory": _theta(_spec(tmp_path, parts_b, **owl)),
         "local, csv": _theta(_spec(tmp_path, csv, engine={"kind": "local", "batch_rows": 1000},
@@ -106,7 +87,7 @@ def test_engines_give_the_same_release_whatever_the_partitioning(
 
 def test_the_receipt_records_where_the_data_passes_ran(tmp_path: Path, cluster: Any) -> None:
     frame = _frame()
-    parts = _write_parts(frame, tmp_path / "p", n_files=2, row_group=500)
+    parts = write_parts(frame, tmp_path / "p", n_files=2, row_group=500)
     spec = _spec(tmp_path, parts)
     receipts = {}
     for name, extra in (("memory", []), ("local", ["--engine", "local"]),
@@ -136,7 +117,7 @@ def test_warm_start_uses_the_same_public_rows_on_every_engine(
         monkeypatch.setattr(mod, "WARM_START_MIN_ROWS", 1_000)
         monkeypatch.setattr(mod, "WARM_START_ROWS", 300)
     frame = _frame(seed=1)
-    parts = _write_parts(frame, tmp_path / "p", n_files=3, row_group=350)
+    parts = write_parts(frame, tmp_path / "p", n_files=3, row_group=350)
     reference = _theta(_spec(tmp_path, parts))
     local = _theta(_spec(tmp_path, parts, engine={"kind": "local", "batch_rows": 1000}))
     dask = _theta(_spec(tmp_path, parts), "--engine", "dask", "--engine-address",
@@ -153,7 +134,7 @@ def test_worker_failure_mid_run_leaves_no_receipt_and_no_ledger_entry(
 ) -> None:
     import dpcausal.engine.newton as newton
 
-    parts = _write_parts(_frame(), tmp_path / "p", n_files=2, row_group=500)
+    parts = write_parts(_frame(), tmp_path / "p", n_files=2, row_group=500)
     spec = _spec(tmp_path, parts, ledger=True,
                  engine={"kind": "dask", "address": cluster.scheduler_address,
                          "batch_rows": 1000})
@@ -182,7 +163,7 @@ def test_worker_failure_mid_run_leaves_no_receipt_and_no_ledger_entry(
 def test_bad_value_on_a_worker_is_a_data_error(tmp_path: Path, cluster: Any) -> None:
     frame = _frame()
     frame.loc[2_500, "x3"] = np.nan
-    parts = _write_parts(frame, tmp_path / "p", n_files=2, row_group=500)
+    parts = write_parts(frame, tmp_path / "p", n_files=2, row_group=500)
     for extra in (["--engine", "local"], ["--engine-address", cluster.scheduler_address]):
         res = invoke(["owl", "--spec", _spec(tmp_path, parts), *extra])
         assert res.exit_code == 2, res.stdout + res.stderr
@@ -192,7 +173,7 @@ def test_bad_value_on_a_worker_is_a_data_error(tmp_path: Path, cluster: Any) -> 
 
 
 def test_dry_run_with_an_engine_starts_nothing_and_reads_no_row(tmp_path: Path) -> None:
-    parts = _write_parts(_frame(), tmp_path / "p", n_files=3, row_group=500)
+    parts = write_parts(_frame(), tmp_path / "p", n_files=3, row_group=500)
     res = invoke(["owl", "--spec", _spec(tmp_path, parts), "--dry-run", "--json",
                   "--engine-address", "tcp://127.0.0.1:1"])  # nothing listens there
     assert res.exit_code == 0, res.stdout + res.stderr
@@ -205,7 +186,7 @@ def test_unreachable_scheduler_is_exit_5_and_spends_nothing(
     import dpcausal.engine.dask as dask_engine
 
     monkeypatch.setattr(dask_engine, "CONNECT_TIMEOUT", "1s")
-    parts = _write_parts(_frame(), tmp_path / "p", n_files=1, row_group=500)
+    parts = write_parts(_frame(), tmp_path / "p", n_files=1, row_group=500)
     spec = _spec(tmp_path, parts, ledger=True, engine={"kind": "dask",
                                                        "address": "tcp://127.0.0.1:1"})
     res = invoke(["owl", "--spec", spec])
@@ -237,7 +218,7 @@ def test_a_worker_process_that_dies_mid_run_is_replaced_and_the_release_is_uncha
 
     import dpcausal.engine.newton as newton
 
-    parts = _write_parts(_frame(), tmp_path / "p", n_files=2, row_group=500)
+    parts = write_parts(_frame(), tmp_path / "p", n_files=2, row_group=500)
     reference = _theta(_spec(tmp_path, parts))
     marker = tmp_path / "died"
     real = newton.step_pass

@@ -23,13 +23,6 @@ distributed = pytest.importorskip("distributed")
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Any:
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=":0") as lc:
-        yield lc
-
-
-@pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("sp")
     frame = pd.read_csv(REPO / "sample_data" / "select_policy_obs.csv")

@@ -12,25 +12,15 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from scipy import special
 
-from cli_tests.helpers import count_engine_passes, invoke, read_json, write_yaml
+from cli_tests.helpers import count_engine_passes, invoke, read_json, write_parts, write_yaml
 
 distributed = pytest.importorskip("distributed")
 
 N_ROWS = 3_000
 COVS = ["x1", "x2", "x3", "x4"]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Any:
-    """An in-process 2-worker cluster shared by this module's tests."""
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=":0") as lc:
-        yield lc
 
 
 def _frame(n: int = N_ROWS, seed: int = 0) -> pd.DataFrame:
@@ -44,14 +34,6 @@ def _frame(n: int = N_ROWS, seed: int = 0) -> pd.DataFrame:
     return frame
 
 
-def _write_parts(frame: pd.DataFrame, root: Path, n_files: int, row_group: int) -> Path:
-    root.mkdir(parents=True)
-    for i, idx in enumerate(np.array_split(np.arange(len(frame)), n_files)):
-        pq.write_table(pa.Table.from_pandas(frame.iloc[idx], preserve_index=False),
-                       root / f"part-{i:03d}.parquet", row_group_size=row_group)
-    return root
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("two_stage_engine")
@@ -60,8 +42,8 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     frame.to_csv(csv, index=False)
     new = root / "new.csv"
     _frame(n=50, seed=9)[COVS].to_csv(new, index=False)
-    return {"csv": csv, "one": _write_parts(frame, root / "one", 1, 3_000),
-            "four": _write_parts(frame, root / "four", 4, 400), "new": new}
+    return {"csv": csv, "one": write_parts(frame, root / "one", 1, 3_000),
+            "four": write_parts(frame, root / "four", 4, 400), "new": new}
 
 
 WEIGHTS: dict[str, dict[str, Any]] = {
@@ -234,7 +216,7 @@ def test_worker_failure_mid_run_leaves_no_receipt_and_no_ledger_entry(
 def test_bad_value_is_a_data_error_with_its_global_row(tmp_path: Path, cluster: Any) -> None:
     frame = _frame()
     frame.loc[2_500, "x3"] = np.nan
-    parts = _write_parts(frame, tmp_path / "p", n_files=2, row_group=500)
+    parts = write_parts(frame, tmp_path / "p", n_files=2, row_group=500)
     for extra in (["--engine", "local"], ["--engine-address", cluster.scheduler_address]):
         res = invoke(["two-stage", "--spec", _spec(tmp_path, parts, "ipw-logit"), *extra])
         assert res.exit_code == 2, res.stdout + res.stderr
