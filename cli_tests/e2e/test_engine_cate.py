@@ -153,11 +153,11 @@ def test_dry_run_with_an_engine_reads_no_row(tmp_path: Path, data: dict[str, Pat
 
 def test_bad_treatment_value_is_a_data_error_naming_its_batch(tmp_path: Path) -> None:
     frame = dataset1(N_ROWS, 22)
-    frame.loc[2_345, "A"] = 2.0  # global data row 2346: row 346 of the batch from row 2001
+    frame.loc[2_345, "A"] = 2.0  # global data row 2346 (row 346 of the batch from row 2001)
     parts = write_parts(frame, tmp_path / "p", n_files=3, row_group=400)
     res = invoke(["cate", "--spec", _spec(tmp_path, parts), "--engine", "local"])
     assert res.exit_code == 2, res.stdout + res.stderr
-    assert "'A'" in res.stderr and "data row 346" in res.stderr
+    assert "'A'" in res.stderr and "data row 2346" in res.stderr  # the global row number
     assert "batch that starts at data row 2001" in res.stderr
     assert not (tmp_path / "out" / "receipt.json").exists()
 

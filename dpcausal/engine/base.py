@@ -8,6 +8,7 @@ a subsample) is a function of the global row index and not of how the rows are p
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,13 @@ def plan_pieces(info: TableInfo, target_rows: int) -> list[Piece]:
 
 def _where(path: Path, start: int) -> str:
     return f"{path} (batch from data row {start + 1})"
+
+
+def batch_error(exc: DataError, start: int) -> DataError:
+    """A per-batch DataError with every 'data row k' (counted within the batch) rewritten to the
+    global row number, as the in-memory path would report it."""
+    message = re.sub(r"data row (\d+)", lambda m: f"data row {int(m.group(1)) + start}", str(exc))
+    return DataError(f"{message} (counts are within the batch that starts at data row {start + 1})")
 
 
 def iter_piece(piece: Piece, columns: Sequence[str], batch_rows: int

@@ -43,7 +43,7 @@ import pandas as pd
 from scipy.special import expit, log_expit
 
 from dpcausal.accounting.plan import PrivacyPlan
-from dpcausal.engine.base import Engine
+from dpcausal.engine.base import Engine, batch_error
 from dpcausal.engine.cate_rff import solve_rff_engine
 from dpcausal.errors import DataError, SpecError
 from dpcausal.learners.dp_logistic import (
@@ -79,8 +79,7 @@ def _rows(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame, start: int
     try:
         return clip_rows(spec, setup, frame.reset_index(drop=True))
     except DataError as exc:
-        raise DataError(f"{exc} (row numbers count within the batch that starts at data row "
-                        f"{start + 1})") from None
+        raise batch_error(exc, start) from None
 
 
 def in_nuisance_half(bits: npt.NDArray[np.uint8], start: int, rows: int) -> BoolArray:

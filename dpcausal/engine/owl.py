@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
-from dpcausal.engine.base import Engine
+from dpcausal.engine.base import Engine, batch_error
 from dpcausal.engine.newton import Part, solve_erm_engine
 from dpcausal.errors import DataError
 from dpcausal.methods._arms import label_matches
@@ -38,8 +38,7 @@ def prepare_batch(spec: OwlSpec, setup: OwlSetup, frame: pd.DataFrame, start: in
     try:
         data = prepare(spec, setup, frame.reset_index(drop=True), spec.data.path)
     except DataError as exc:
-        raise DataError(f"{exc} (row numbers count within the batch that starts at data row "
-                        f"{start + 1})") from None
+        raise batch_error(exc, start) from None
     return np.ascontiguousarray(data.v), data.y, data.w
 
 

@@ -23,7 +23,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
-from dpcausal.engine.base import Engine
+from dpcausal.engine.base import Engine, batch_error
 from dpcausal.errors import DataError, SpecError
 from dpcausal.io.tables import numeric_column
 from dpcausal.learners import CertifiedLogistic, CertifiedRidge, UnitBoxFeatures
@@ -70,8 +70,7 @@ def prepare_batch(spec: SelectPolicySpec, setup: Setup, frame: pd.DataFrame,
         y = np.clip(numeric_column(frame, spec.data.columns.outcome, path), *setup.y_bounds)
         return x, treated_indicator(spec, frame), y
     except DataError as exc:
-        raise DataError(f"{exc} (row numbers count within the batch that starts at data row "
-                        f"{start + 1})") from None
+        raise batch_error(exc, start) from None
 
 
 def _in_nuisance(start: int, count: int, m: int, mask: npt.NDArray[np.bool_] | None

@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -66,7 +65,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
-from dpcausal.engine.base import Engine
+from dpcausal.engine.base import Engine, batch_error
 from dpcausal.errors import DataError
 from dpcausal.methods import two_stage_weights as wts
 from dpcausal.methods.base import Release
@@ -91,11 +90,6 @@ CACHE_POINTS = 16
 """Stage-1 sums kept by λ (the solver re-evaluates a point at a new multiplier μ)."""
 
 
-def _global_rows(message: str, start: int) -> str:
-    """Rewrite 'data row k' (counted within a batch) to the global row number."""
-    return re.sub(r"data row (\d+)", lambda m: f"data row {int(m.group(1)) + start}", message)
-
-
 def prepare_batch(spec: TwoStageSpec, setup: TwoStageSetup, frame: pd.DataFrame,
                   start: int) -> Part:
     """two-stage's per-row mapping of one batch; row numbers in errors are global."""
@@ -103,8 +97,7 @@ def prepare_batch(spec: TwoStageSpec, setup: TwoStageSetup, frame: pd.DataFrame,
     try:
         data = prepare(spec, setup, frame.reset_index(drop=True), spec.data.path)
     except DataError as exc:
-        raise DataError(f"{_global_rows(str(exc), start)} (counts are within the batch that "
-                        f"starts at data row {start + 1})") from None
+        raise batch_error(exc, start) from None
     a, t = data.a, data.t
     extra: FloatArray | None = None
     x: FloatArray | None = np.ascontiguousarray(data.x)
