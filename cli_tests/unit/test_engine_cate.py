@@ -11,6 +11,7 @@ import pytest
 
 from dpcausal.engine import cate as engine_cate
 from dpcausal.engine import cate_rff as ecr
+from dpcausal.engine import split
 from dpcausal.engine.base import tree_add
 from dpcausal.errors import SolverError
 from dpcausal.learners.dp_logistic import fit_logistic
@@ -122,7 +123,7 @@ def test_the_split_is_the_in_memory_permutation_by_global_row_index() -> None:
     expected = np.zeros(1237, dtype=bool)
     expected[split_permutation(spec, setup)[: setup.n_nuisance]] = True
     for cuts in ([0, 1237], [0, 1, 9, 17, 640, 1000, 1237], [*range(0, 1237, 13), 1237]):
-        got = np.concatenate([engine_cate.in_nuisance_half(bits, a, b - a)
+        got = np.concatenate([split.members(bits, a, b - a)
                               for a, b in itertools.pairwise(cuts)])
         np.testing.assert_array_equal(got, expected)
     assert expected.sum() == setup.n_nuisance

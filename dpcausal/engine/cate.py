@@ -10,7 +10,7 @@ and clipped (x to the public box, Y to the public outcome bounds) before it ente
 Partition composition. The public split is the in-memory one, ``np.random.default_rng(split_seed)
 .permutation(n)``, built on the client from the public n alone: row i is in the nuisance half D̃
 when it is among the first n_nuisance entries of the permutation. Each batch selects its rows of
-D̃ or D by its global row index (:func:`in_nuisance_half`), so the halves — and hence the
+D̃ or D by its global row index (:func:`dpcausal.engine.split.members`), so the halves — and hence the
 parallel composition over D̃ and D (total (ε, δ), not (2ε, 2δ)) — do not depend on the file
 layout or the partition count.
 
@@ -43,6 +43,7 @@ import pandas as pd
 from scipy.special import expit, log_expit
 
 from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.engine import split
 from dpcausal.engine.base import Engine, batch_error
 from dpcausal.engine.cate_rff import solve_rff_engine
 from dpcausal.errors import DataError, SpecError
@@ -82,19 +83,12 @@ def _rows(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame, start: int
         raise batch_error(exc, start) from None
 
 
-def in_nuisance_half(bits: npt.NDArray[np.uint8], start: int, rows: int) -> BoolArray:
-    """Membership of D̃ of the global rows [start, start + rows), from the packed public mask."""
-    lo = start // 8
-    flags = np.unpackbits(bits[lo:(start + rows + 7) // 8])
-    return flags[start - 8 * lo:start - 8 * lo + rows].astype(bool)
-
-
 def prepare_nuisance(spec: CateSpec, setup: CateSetup, bits: npt.NDArray[np.uint8],
                      frame: pd.DataFrame, start: int) -> NuisancePart:
     """The batch's rows in D̃ (``bits``: the packed mask over global rows), validated, clipped,
     as (x̃, a, y)."""
     x, a, y = _rows(spec, setup, frame, start)
-    sel = in_nuisance_half(bits, start, x.shape[0])
+    sel = split.members(bits, start, x.shape[0])
     return np.ascontiguousarray(setup.box.transform(x[sel])), a[sel], y[sel]
 
 
@@ -103,7 +97,7 @@ def prepare_second(spec: CateSpec, setup: CateSetup, bits: npt.NDArray[np.uint8]
                    start: int) -> SecondPart:
     """The batch's rows in D (not in D̃): (s, ρ, φ) from the released nuisances (fixed)."""
     x, a, y = _rows(spec, setup, frame, start)
-    sel = ~in_nuisance_half(bits, start, x.shape[0])
+    sel = ~split.members(bits, start, x.shape[0])
     x, a, y = x[sel], a[sel], y[sel]
     rho, phi = pseudo_outcomes(setup.learner, a, y, prop.predict(x), outm.predict(x, 0),
                                outm.predict(x, 1))
@@ -196,12 +190,9 @@ def fit_nuisances(spec: CateSpec, setup: CateSetup, engine: Engine,
     return prop, outm
 
 
-def nuisance_mask(spec: CateSpec, setup: CateSetup) -> npt.NDArray[np.uint8]:
-    """Membership of D̃ over the global row index, from the public permutation (no data), packed
-    8 rows a byte (it travels with every partition's mapping task)."""
-    mask = np.zeros(setup.n_total, dtype=bool)
-    mask[split_permutation(spec, setup)[: setup.n_nuisance]] = True
-    return np.packbits(mask)
+def nuisance_mask(spec: CateSpec, setup: CateSetup) -> split.Packed:
+    """Membership of D̃ over the global row index, from the public permutation (no data)."""
+    return split.pack(split_permutation(spec, setup)[: setup.n_nuisance], setup.n_total)
 
 
 def run(spec: CateSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, Any], *,

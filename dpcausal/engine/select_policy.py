@@ -23,6 +23,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.engine import split
 from dpcausal.engine.base import Engine, batch_error
 from dpcausal.errors import DataError, SpecError
 from dpcausal.io.tables import numeric_column
@@ -48,9 +49,11 @@ from dpcausal.spec.select_policy import SelectPolicySpec
 FloatArray = npt.NDArray[np.float64]
 
 
-def prepare_batch(spec: SelectPolicySpec, setup: Setup, frame: pd.DataFrame,
-                  start: int) -> tuple[FloatArray, Any, FloatArray]:
-    """(x, treated, clipped y) — or (x, q0, q1) clipped fixed scores — of one batch."""
+def prepare_batch(spec: SelectPolicySpec, setup: Setup, bits: split.Packed | None,
+                  frame: pd.DataFrame, start: int) -> tuple[FloatArray, Any, FloatArray, Any]:
+    """(x, treated, clipped y, nuisance flags) — or (x, q0, q1, None) with clipped fixed scores —
+    of one batch. The flags mark the batch's nuisance rows (learned regime; a function of the
+    global row index: < m for the index split, else the packed permutation mask ``bits``)."""
     path = spec.data.path
     sec = spec.select_policy
     frame = frame.reset_index(drop=True)
@@ -64,52 +67,44 @@ def prepare_batch(spec: SelectPolicySpec, setup: Setup, frame: pd.DataFrame,
             assert fs is not None
             q1 = np.clip(numeric_column(frame, fs.treated, path), -fs.bound, fs.bound)
             q0 = np.clip(numeric_column(frame, fs.control, path), -fs.bound, fs.bound)
-            return x, q0, q1
+            return x, q0, q1, None
         assert spec.data.columns.outcome is not None
         assert setup.y_bounds is not None
         y = np.clip(numeric_column(frame, spec.data.columns.outcome, path), *setup.y_bounds)
-        return x, treated_indicator(spec, frame), y
+        flags = None
+        if setup.regime == "learned":
+            flags = (split.members(bits, start, len(frame)) if bits is not None
+                     else np.arange(start, start + len(frame)) < setup.m)
+        return x, treated_indicator(spec, frame), y, flags
     except DataError as exc:
         raise batch_error(exc, start) from None
 
 
-def _in_nuisance(start: int, count: int, m: int, mask: npt.NDArray[np.bool_] | None
-                 ) -> npt.NDArray[np.bool_]:
-    """Which rows of the batch are nuisance rows: global index < m (index split), else the public
-    permutation's mask (both functions of the global row index only)."""
-    if mask is None:
-        return np.arange(start, start + count) < m
-    return mask[start:start + count]
+def _nuisance_rows(part: Any) -> tuple[FloatArray, Any, FloatArray]:
+    x, treated, y, flags = part
+    return x[flags], treated[flags], y[flags]
 
 
-def _nuisance_rows(part: Any, start: int, m: int, mask: npt.NDArray[np.bool_] | None
-                   ) -> tuple[FloatArray, Any, FloatArray]:
-    x, treated, y = part
-    sel = _in_nuisance(start, y.shape[0], m, mask)
-    return x[sel], treated[sel], y[sel]
-
-
-def ridge_sums(part: Any, start: int, *, fmap: UnitBoxFeatures, ridge: CertifiedRidge, m: int,
-               mask: npt.NDArray[np.bool_] | None) -> tuple[FloatArray, FloatArray]:
+def ridge_sums(part: Any, start: int, *, fmap: UnitBoxFeatures, ridge: CertifiedRidge
+               ) -> tuple[FloatArray, FloatArray]:
     """The batch's per-arm ridge sufficient statistics over its nuisance rows."""
-    x, treated, y = _nuisance_rows(part, start, m, mask)
+    x, treated, y = _nuisance_rows(part)
     return ridge.arm_sums(fmap.transform(x), treated.astype(np.int8), y)
 
 
-def logistic_batch_sums(part: Any, start: int, *, fmap: UnitBoxFeatures, theta: FloatArray, m: int,
-                        mask: npt.NDArray[np.bool_] | None) -> tuple[float, FloatArray, FloatArray]:
+def logistic_batch_sums(part: Any, start: int, *, fmap: UnitBoxFeatures, theta: FloatArray
+                        ) -> tuple[float, FloatArray, FloatArray]:
     """The batch's logistic loss/gradient/Hessian sums at θ over its nuisance rows."""
-    x, treated, _ = _nuisance_rows(part, start, m, mask)
+    x, treated, _ = _nuisance_rows(part)
     return logistic_sums(fmap.transform(x), np.asarray(treated, dtype=np.float64), theta)
 
 
-def utility_sums(part: Any, start: int, *, setup: Setup, nuis: Nuisance | None, m: int,
-                 mask: npt.NDArray[np.bool_] | None, chunk_rows: int) -> FloatArray:
+def utility_sums(part: Any, start: int, *, setup: Setup, nuis: Nuisance | None,
+                 chunk_rows: int) -> FloatArray:
     """Σ over the batch's scoring rows of ψ_π, for every policy π of the library."""
-    if nuis is not None and setup.regime == "learned":
-        keep = ~_in_nuisance(start, part[0].shape[0], m, mask)
-        part = tuple(arr[keep] for arr in part)
-    x, a, b = part
+    x, a, b, flags = part
+    if flags is not None:  # learned regime: score the rows outside the nuisance block
+        x, a, b = x[~flags], a[~flags], b[~flags]
     if x.shape[0] == 0:
         return np.zeros(setup.library.size)
     if nuis is None:
@@ -117,8 +112,7 @@ def utility_sums(part: Any, start: int, *, setup: Setup, nuis: Nuisance | None, 
     return learned_utilities(setup.library, nuis, x, a, b, chunk_rows=chunk_rows)
 
 
-def fit_nuisance_engine(spec: SelectPolicySpec, setup: Setup, engine: Engine,
-                        mask: npt.NDArray[np.bool_] | None) -> Nuisance:
+def fit_nuisance_engine(spec: SelectPolicySpec, setup: Setup, engine: Engine) -> Nuisance:
     """The certified learners fit from sums over the engine's nuisance rows (none is gathered)."""
     sec = spec.select_policy
     fmap = setup.fmap
@@ -127,13 +121,11 @@ def fit_nuisance_engine(spec: SelectPolicySpec, setup: Setup, engine: Engine,
     assert setup.mu_bounds is not None
     ridge = CertifiedRidge(sec.lambda_mu, setup.y_bounds, setup.mu_bounds, sec.solver_tol)
     logistic = CertifiedLogistic(sec.lambda_e, sec.zeta, sec.solver_tol)
-    grams, rhs = engine.map_sum(functools.partial(ridge_sums, fmap=fmap, ridge=ridge, m=setup.m,
-                                                  mask=mask))
+    grams, rhs = engine.map_sum(functools.partial(ridge_sums, fmap=fmap, ridge=ridge))
     outcome = ridge.solve(grams, rhs, m=setup.m)
 
     def sums(theta: FloatArray) -> tuple[float, FloatArray, FloatArray]:
-        return engine.map_sum(functools.partial(logistic_batch_sums, fmap=fmap, theta=theta,
-                                                m=setup.m, mask=mask))
+        return engine.map_sum(functools.partial(logistic_batch_sums, fmap=fmap, theta=theta))
 
     propensity = logistic.solve(sums, m=setup.m, p=fmap.dim)
     return Nuisance(fmap, outcome, propensity)
@@ -143,22 +135,20 @@ def compute_utilities(spec: SelectPolicySpec, setup: Setup, engine: Engine,
                       side: dict[str, Any]) -> FloatArray:
     """U(π) for every policy over the engine's partitions (private: only fed to the mechanism)."""
     sec = spec.select_policy
-    engine.load(functools.partial(prepare_batch, spec, setup))
+    bits = None
+    if setup.regime == "learned" and sec.split.kind != "index":  # the public permutation's mask
+        bits = split.pack(split_indices(spec, setup.n_total, setup.m)[0], setup.n_total)
+    engine.load(functools.partial(prepare_batch, spec, setup, bits))
     nuis: Nuisance | None = None
-    mask = None
     if setup.regime == "frozen":
         assert setup.fmap is not None
         assert setup.mu_bounds is not None
         nuis = frozen_nuisance(side["frozen_model"], setup.fmap, mu_bounds=setup.mu_bounds,
                                zeta=sec.zeta, path=sec.frozen_model)
     elif setup.regime == "learned":
-        if sec.split.kind != "index":  # a public permutation: its membership mask, from n only
-            tr, _ = split_indices(spec, setup.n_total, setup.m)
-            mask = np.zeros(setup.n_total, dtype=bool)
-            mask[tr] = True
-        nuis = fit_nuisance_engine(spec, setup, engine, mask)
-    return engine.map_sum(functools.partial(utility_sums, setup=setup, nuis=nuis, m=setup.m,
-                                            mask=mask, chunk_rows=sec.chunk_rows))
+        nuis = fit_nuisance_engine(spec, setup, engine)
+    return engine.map_sum(functools.partial(utility_sums, setup=setup, nuis=nuis,
+                                            chunk_rows=sec.chunk_rows))
 
 
 def run(spec: SelectPolicySpec, engine: Engine, plan: PrivacyPlan, side: dict[str, Any], *,
