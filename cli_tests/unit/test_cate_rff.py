@@ -143,6 +143,23 @@ def test_streamed_fit_equals_the_in_memory_fit(huber_c: float | None) -> None:
     assert np.allclose(feats.evaluate(s, ref), feats.transform(s) @ ref, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("huber_c", [None, 0.7])
+def test_the_returned_weights_meet_the_tolerance_at_z_w_computed_from_scratch(
+    huber_c: float | None,
+) -> None:
+    """The certificate ‖∇J(w)‖ ≤ tol (on which Δ's tol/λ0 term rests) holds for the returned w
+    itself, with f = Zw recomputed here, not only at the solver's accumulated f."""
+    from dpcausal.methods.cate_krr import huber_derivative
+
+    rng = np.random.default_rng(21)
+    n, lam0, tol = 800, 0.01, 1e-11
+    z = FourierFeatures.draw(2, 25, 0.4, seed=22).transform(rng.uniform(size=(n, 2)))
+    rho, phi = rng.uniform(0.05, 0.9, n), 2.0 * rng.standard_cauchy(n)
+    w = fit_rff(z, rho, phi, lam0=lam0, huber_c=huber_c, grad_tol=tol, rows=111).w
+    grad = z.T @ (rho * huber_derivative(z @ w - phi, huber_c)) / n + 2.0 * lam0 * w
+    assert float(np.linalg.norm(grad)) <= tol
+
+
 def test_streamed_release_equals_the_in_memory_release(monkeypatch: pytest.MonkeyPatch) -> None:
     """Same data, same noise seed: the streamed pipeline releases what the in-memory one did."""
     frame = dataset1(700, 13)
