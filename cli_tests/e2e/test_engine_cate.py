@@ -114,7 +114,7 @@ def test_worker_failure_mid_run_leaves_no_receipt_and_no_ledger_entry(
 
     def flaky(part: Any, start: int, **kw: Any) -> Any:  # runs on a worker
         if kw["step"] is not None and start > 0:  # the first Newton step of the second stage
-            raise RuntimeError("worker lost")
+            raise distributed.comm.core.CommClosedError("worker lost")  # a cluster failure: exit 5
         return real(part, start, **kw)
 
     monkeypatch.setattr(ecr, "rff_pass", flaky)

@@ -142,7 +142,7 @@ def test_worker_failure_mid_run_leaves_no_receipt_and_no_ledger_entry(
 
     def flaky(part: Any, start: int, **kw: Any) -> Any:  # runs on a worker (a pickled copy)
         if start > 0:  # the second partition fails in the first line-search pass, mid-run
-            raise RuntimeError("worker lost")
+            raise distributed.comm.core.CommClosedError("worker lost")  # a cluster failure: exit 5
         return real(part, start, **kw)
 
     monkeypatch.setattr(newton, "line_derivative", flaky)

@@ -101,7 +101,7 @@ def test_worker_failure_leaves_no_receipt_and_no_ledger_entry(
 
     def flaky(part: Any, start: int, **kw: Any) -> Any:  # runs on a worker
         if start > 0:
-            raise RuntimeError("worker lost")
+            raise distributed.comm.core.CommClosedError("worker lost")  # a cluster failure: exit 5
         return real(part, start, **kw)
 
     monkeypatch.setattr(engine_sp, "utility_sums", flaky)

@@ -196,7 +196,7 @@ def test_worker_failure_mid_run_leaves_no_receipt_and_no_ledger_entry(
         # a later partition fails after earlier passes succeeded: in a stage-1 pass away from
         # λ = 0 (the solver's first pass), or in the stage-2 pass after the whole of stage 1
         if start > 0 and np.any(kw["lam"] != 0.0):
-            raise RuntimeError("worker lost")
+            raise distributed.comm.core.CommClosedError("worker lost")  # a cluster failure: exit 5
         return real(part, start, **kw)
 
     monkeypatch.setattr(engine_two_stage, stat, flaky)

@@ -28,8 +28,8 @@ class LocalEngine:
     def __init__(self, info: TableInfo, columns: Sequence[str], batch_rows: int,
                  cache_mb: int = 0) -> None:
         self.n_rows = info.n_rows
-        self.pieces = plan_pieces(info, batch_rows)
         self.columns = list(columns)
+        self.pieces = plan_pieces(info, batch_rows, self.columns)
         self.batch_rows = batch_rows
         self.cache_bytes = cache_mb * 1024 * 1024
         self.description = (f"local streaming ({batch_rows} rows per batch, "

@@ -7,6 +7,7 @@ neighbouring relation a sensitivity was derived under, and silently changes n.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -35,14 +36,40 @@ def table_format(path: Path) -> TableFormat:
     )
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class FileStamp:
+    """One data file as it was when inspected: identity (size, mtime_ns) and, for Parquet, the
+    footer's row count and schema. The engines compare every file they open against it."""
+
+    path: Path
+    size: int
+    mtime_ns: int
+    n_rows: int | None = None
+    schema: pa.Schema | None = None
+
+
+def file_identity(path: Path) -> tuple[int, int]:
+    """``(size, mtime_ns)`` of ``path``: what changes when a file is rewritten or appended to."""
+    st = os.stat(path)
+    return int(st.st_size), int(st.st_mtime_ns)
+
+
+def changed_error(path: Path) -> DataError:
+    """The refusal when a data file differs from what was inspected and planned."""
+    return DataError(f"{path}: the file changed while running; nothing was released or spent; "
+                     "rerun")
+
+
 @dataclass(frozen=True, slots=True)
 class TableInfo:
-    """What a dry run may know about a file: its format, column names and row count."""
+    """What a dry run may know about a file: its format, column names and row count (``files``:
+    each data file's stamp at inspection, in file order)."""
 
     path: Path
     format: TableFormat
     columns: tuple[str, ...]
     n_rows: int
+    files: tuple[FileStamp, ...] = ()
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -53,11 +80,12 @@ def same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _safe_reason(exc: Exception) -> str:
+def safe_reason(exc: Exception) -> str:
     """Why a file could not be read, without echoing its contents.
 
-    pyarrow's parse errors quote the offending row (``Expected 6 columns, got 7: <the row>``): one
-    person's record would land in a cron or CI log. Keep the part before the quoted text.
+    pyarrow's parse errors quote the offending row (``Expected 6 columns, got 7: <the row>``) and
+    its conversion errors the cell (``invalid value 'Smith-John-1957-03-02'``): one person's
+    record would land in a cron or CI log. Keep the part before any quoted text.
     """
     if isinstance(exc, OSError) and not isinstance(exc, pa.ArrowInvalid):
         return exc.strerror or type(exc).__name__
@@ -66,8 +94,18 @@ def _safe_reason(exc: Exception) -> str:
         head = text.split(": ", 2)
         return ": ".join(head[:2]) + " (row content not shown); check the row's fields and quoting"
     if "conversion" in text.lower() or "convert" in text.lower():
-        return "a value could not be converted (content not shown); check the column types"
+        column = re.match(r"In CSV column #(\d+)", text)
+        where = f" in CSV column #{column.group(1)}" if column else ""
+        return (f"a value{where} could not be converted (content not shown); check the column "
+                "types")
+    cut = min((i for i in (text.find("'"), text.find('"'), text.find("`")) if i >= 0),
+              default=-1)
+    if cut >= 0:
+        return text[:min(cut, 200)].rstrip(" :") + " (content not shown)"
     return text[:200]
+
+
+_safe_reason = safe_reason  # the former private name
 
 
 def _require_file(path: Path | None, what: str) -> Path:
@@ -108,12 +146,15 @@ def inspect_table(path: Path | None, what: str = "data file") -> TableInfo:
     fmt = "parquet" if p.is_dir() else table_format(p)
     try:
         if p.is_dir():
-            columns, n_rows = _inspect_parquet_dir(p, what)
+            columns, n_rows, stamps = _inspect_parquet_dir(p, what)
         elif fmt == "parquet":
-            meta = pq.ParquetFile(p)
-            columns = tuple(meta.schema_arrow.names)
-            n_rows = meta.metadata.num_rows
+            stamps = (_parquet_stamp(p),)
+            assert stamps[0].schema is not None
+            assert stamps[0].n_rows is not None
+            columns = tuple(stamps[0].schema.names)
+            n_rows = stamps[0].n_rows
         else:
+            stamps = (FileStamp(p.resolve(), *file_identity(p)),)
             reader = pacsv.open_csv(p)
             columns = tuple(reader.schema.names)
             n_rows = 0
@@ -125,28 +166,68 @@ def inspect_table(path: Path | None, what: str = "data file") -> TableInfo:
                     )
                 ).num_rows
     except (pa.ArrowInvalid, OSError) as exc:
-        raise DataError(f"{p}: cannot read the {what}: {_safe_reason(exc)}") from exc
+        raise DataError(f"{p}: cannot read the {what}: {safe_reason(exc)}") from exc
     if n_rows == 0:
         raise DataError(f"{p}: the {what} has no rows")
-    return TableInfo(p, fmt, columns, int(n_rows))
+    return TableInfo(p, fmt, columns, int(n_rows), stamps)
 
 
-def _inspect_parquet_dir(path: Path, what: str) -> tuple[tuple[str, ...], int]:
-    """Columns and total row count of a directory of Parquet files, from metadata alone; every
-    file must have the same column names."""
+def _parquet_stamp(path: Path) -> FileStamp:
+    """A Parquet file's identity, footer row count and schema (the identity taken first, so a
+    rewrite after it shows as a change)."""
+    size, mtime_ns = file_identity(path)
+    meta = pq.ParquetFile(path)
+    return FileStamp(Path(path).resolve(), size, mtime_ns, int(meta.metadata.num_rows),
+                     meta.schema_arrow)
+
+
+def _inspect_parquet_dir(path: Path, what: str
+                         ) -> tuple[tuple[str, ...], int, tuple[FileStamp, ...]]:
+    """Columns, total row count and file stamps of a directory of Parquet files, from metadata
+    alone; every file must have the same column names (their types are checked, for the columns
+    a command reads, by :func:`check_columns`)."""
     columns: tuple[str, ...] | None = None
     n_rows = 0
+    stamps = []
     for f in parquet_files(path, what):
-        meta = pq.ParquetFile(f)
-        names = tuple(meta.schema_arrow.names)
+        stamp = _parquet_stamp(f)
+        assert stamp.schema is not None
+        assert stamp.n_rows is not None
+        names = tuple(stamp.schema.names)
         if columns is None:
             columns = names
         elif set(names) != set(columns):
             raise DataError(f"{f}: its columns differ from the other files of {path}; every "
                             "file of a partitioned dataset must have the same columns")
-        n_rows += meta.metadata.num_rows
+        n_rows += stamp.n_rows
+        stamps.append(stamp)
     assert columns is not None
-    return columns, n_rows
+    return columns, n_rows, tuple(stamps)
+
+
+def check_column_types(info: TableInfo, columns: list[str]) -> None:
+    """Refuse a directory of Parquet files whose files disagree on the type of a column in
+    ``columns`` (from the footers inspected, before any row is read): in memory the files could
+    not be concatenated, and on an engine the batches would be read with different types."""
+    stamps = [s for s in info.files if s.schema is not None]
+    if len(stamps) < 2:
+        return
+    first = stamps[0]
+    assert first.schema is not None
+    for column in dict.fromkeys(columns):
+        if column not in first.schema.names:
+            continue
+        want = first.schema.field(column).type
+        for stamp in stamps[1:]:
+            assert stamp.schema is not None
+            got = stamp.schema.field(column).type
+            if got != want:
+                raise DataError(
+                    f"{stamp.path}: column '{column}' has type {got} but {first.path.name} has "
+                    f"{want}; every file of the partitioned dataset {info.path} must store a "
+                    "column with one type: rewrite the files with the same schema (e.g. cast "
+                    f"'{column}' to {want} before writing)"
+                )
 
 
 def check_columns(info: TableInfo, columns: list[str], role: str = "") -> None:
@@ -158,6 +239,7 @@ def check_columns(info: TableInfo, columns: list[str], role: str = "") -> None:
             f"{info.path}: column(s) {', '.join(repr(c) for c in missing)}{role} not found; "
             f"the file has: {shown}. Fix data.columns in the spec or the file"
         )
+    check_column_types(info, columns)
 
 
 def read_table(path: Path | None, columns: list[str], what: str = "data file") -> pd.DataFrame:
@@ -177,10 +259,53 @@ def read_table(path: Path | None, columns: list[str], what: str = "data file") -
                 info.path, convert_options=pacsv.ConvertOptions(include_columns=cols)
             )
     except (pa.ArrowInvalid, OSError) as exc:
-        raise DataError(f"{info.path}: cannot read the {what}: {_safe_reason(exc)}") from exc
+        raise DataError(f"{info.path}: cannot read the {what}: {safe_reason(exc)}") from exc
     if table.num_rows == 0:
         raise DataError(f"{info.path}: the {what} has no rows")
     return table.to_pandas()
+
+
+CSV_BLOCK_BYTES = 1 << 20
+"""The smallest block the streaming CSV reader parses at once (pyarrow's default, 1 MB)."""
+
+
+def csv_column_types(path: Path, columns: list[str], block_size: int = CSV_BLOCK_BYTES
+                     ) -> tuple[dict[str, pa.DataType], int]:
+    """The types :func:`read_table` infers for ``columns`` over the WHOLE CSV file, found by
+    streaming it (bounded memory), and the number of data rows.
+
+    pyarrow's streaming reader fixes each column's type from its first block, so a late ``0.75``
+    in an integer-looking column, or a late label in a 0/1 column, fails there while the
+    in-memory reader (which widens the type over the whole file) accepts it. Reading with these
+    explicit types makes a streamed batch hold the values the in-memory frame holds whatever the
+    block boundaries: a column whose every value parses as a number (int64 or double in memory)
+    is read as float64 (the methods convert numbers to float64 anyway); one made of true/false
+    values as bool; anything else as text (converted, or refused, row by row by the method, as
+    in memory). Known difference: a column pyarrow would read in memory as a timestamp, or as
+    hexadecimal integers, is read as text here (a method reading it as numbers then refuses it
+    on the engine).
+    """
+    names = list(pacsv.open_csv(path).schema.names)
+    cols = list(dict.fromkeys(columns))
+    types: dict[str, pa.DataType] = {c: pa.float64() for c in cols}
+    for _ in range(2 * len(cols) + 1):
+        rows = 0
+        try:
+            reader = pacsv.open_csv(
+                path, read_options=pacsv.ReadOptions(block_size=block_size),
+                convert_options=pacsv.ConvertOptions(include_columns=cols, column_types=types))
+            for batch in reader:
+                rows += batch.num_rows
+            return types, rows
+        except pa.ArrowInvalid as exc:
+            found = re.match(r"In CSV column #(\d+): CSV conversion error", str(exc))
+            column = names[int(found.group(1))] if found and int(found.group(1)) < len(names) \
+                else None
+            if column not in types or types[column] == pa.string():
+                raise DataError(f"{path}: cannot read the data file: {safe_reason(exc)}"
+                                ) from exc
+            types[column] = pa.bool_() if types[column] == pa.float64() else pa.string()
+    raise AssertionError("unreachable: every column loosens at most twice")  # pragma: no cover
 
 
 def numeric_column(frame: pd.DataFrame, column: str, path: Path | None) -> npt.NDArray[np.float64]:
