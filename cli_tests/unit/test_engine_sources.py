@@ -136,3 +136,53 @@ def test_local_engine_cache_gives_the_same_passes(tmp_path: Path, cache_batches:
     n_batches = len(parts)
     cached = min(cache_batches, n_batches)
     assert len(reads) == n_batches + 2 * (n_batches - cached)
+
+
+def test_csv_stream_types_do_not_depend_on_block_boundaries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every column kind pyarrow infers in memory (int, double, bool text, labels, all-missing),
+    with its odd value placed late: the streamed batches convert to exactly the in-memory values
+    whatever the block size (tables.csv_column_types)."""
+    from dpcausal.engine.base import iter_piece
+    from dpcausal.methods._arms import label_matches
+
+    n = 4_000
+    rng = np.random.default_rng(5)
+    cols: dict[str, list[object]] = {
+        "int": list(rng.integers(0, 5, n)),
+        "late_float": [*rng.integers(0, 2, n - 1), 0.75],
+        "bool_text": list(rng.choice(["True", "False"], n)),
+        "bool_mixed": [*rng.choice(["1", "0"], n - 1), "true"],
+        "labels": [*rng.choice(["1", "0"], n - 1), "1.0"],
+        "text": [*rng.choice(["1", "0"], n - 1), "t"],
+        "padded": [f" {v} " for v in rng.normal(size=n)],
+        "empty": [""] * n,
+    }
+    path = tmp_path / "t.csv"
+    pd.DataFrame(cols).to_csv(path, index=False)
+    memory = tables.read_table(path, list(cols))
+    info = tables.inspect_table(path)
+
+    def values(frame: pd.DataFrame, column: str) -> np.ndarray:
+        if column in ("labels", "text"):
+            return label_matches(frame[column], 1)
+        try:
+            return tables.numeric_column(frame, column, path)
+        except DataError:
+            return np.array(["refused"])
+
+    for block in (256, 4096, 1 << 20):
+        monkeypatch.setattr(tables, "CSV_BLOCK_BYTES", block)
+        types, rows = tables.csv_column_types(path, list(cols), block_size=block)
+        assert rows == n
+        assert types["late_float"] == pa.float64() and types["bool_text"] == pa.bool_()
+        assert types["bool_mixed"] == pa.bool_() and types["text"] == pa.string()
+        piece = plan_pieces(info, 1000, list(cols))[0]
+        piece = type(piece)(piece.path, 0, n, None, piece.identity, tuple(types.items()))
+        frames = [f for _, f in iter_piece(piece, list(cols), 1000)]
+        assert len(frames) > 1 or block == 1 << 20
+        streamed = pd.concat(frames, ignore_index=True)
+        for column in cols:
+            np.testing.assert_array_equal(values(streamed, column), values(memory, column),
+                                          err_msg=column)

@@ -1,7 +1,9 @@
 """The local streaming engine: passes read the table in column-projected batches (Parquet row
 groups, CSV blocks). Mapped batches are kept in memory up to ``cache_mb``; the batches beyond it
 are re-read and re-mapped on every pass, so peak memory is set by ``cache_mb`` and ``batch_rows``,
-not by the table size."""
+not by the table size. A CSV file is streamed once more when the engine starts, to fix its column
+types over the whole file as the in-memory reader does (``tables.csv_column_types``); every read
+checks the file is still the one inspected and yields the rows counted (``base.iter_piece``)."""
 
 from __future__ import annotations
 
