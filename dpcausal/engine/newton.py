@@ -8,7 +8,8 @@ Every pass is one ``engine.map_sum`` of small per-batch statistics:
   (:func:`line_derivative`): φ'(t) and φ''(t), Σ|w u| (the scale of φ' in the rounding
   tolerance) and, for each interval between neighbouring points, the number of breakpoints of
   φ' in it with the mean and spread of their positions (3 × K numbers); plus the gradient and
-  Hessian at one candidate point θ − t_c·step, so that an accepted candidate costs no more pass;
+  Hessian at one or two candidate points θ − t_c·step, so that an accepted candidate costs no
+  further pass;
 * **value pass** (:func:`value_grad`, fallback only): G's data sum and its gradient at θ.
 
 Newton's method (:func:`newton`) takes the Newton direction from a gradient pass and finds the step
@@ -17,14 +18,15 @@ length by an **exact line search over passes** (:func:`line_search`) to the prec
 is bracketed, never interpolated. The first line pass evaluates t = 0, the grid ``T_GRID`` and the
 full step t = 1 with the gradient and Hessian at θ − step: if φ'(1) ≤ tol the full step is taken
 (one pass per iteration, as before). Otherwise the sign change of φ' gives the bracket [lo, hi]
-between neighbouring points, and the next pass evaluates inside it the candidate — the secant when
-no breakpoint lies inside (φ' is linear there: exact), the Newton point from the root's side when
-all breakpoints sit at one position (two linear pieces, the tied rows of binary covariates:
+between neighbouring points, and the next pass evaluates inside it the candidates — the secant
+when no breakpoint lies inside (φ' is linear there: exact), the Newton point from the root's side
+when all breakpoints sit at one position (two linear pieces, the tied rows of binary covariates:
 exact), else the root of the cubic matching φ' and φ'' at both ends (fourth order where φ' is
-smooth) — together with the other estimates, geometric clusters around them and a uniform grid
+smooth) and the Newton point from the nearer end (exact when no breakpoint lies between it and
+the root) — together with the other estimates, geometric clusters around them and a uniform grid
 (the bracket shrinks ≥ 8× per pass whatever happens), and the gradient and Hessian at the
-candidate. The search ends at a point with |φ'(t)| ≤ tol = max(1e-10·|φ'(0)|, 1e-13·(Σ|w u| +
-γ(|θ·step| + ‖step‖²))) (erm's rule; if it is not the candidate a gradient pass follows), or at a
+candidates. The search ends at a point with |φ'(t)| ≤ tol = max(1e-10·|φ'(0)|, 1e-13·(Σ|w u| +
+γ(|θ·step| + ‖step‖²))) (erm's rule; if it is not a candidate a gradient pass follows), or at a
 bracket below 1e-14 relative (the end with the smaller |φ'|), or after ``MAX_LINE_PASSES``.
 Typically one pass (full step) or two to four.
 
@@ -157,13 +159,13 @@ def line_derivative(part: Part, start: int, *, theta: FloatArray, step: FloatArr
 
 def step_pass(part: Part, start: int, *, theta: FloatArray, step: FloatArray, h: float,
               ts: FloatArray, at: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """One line pass: :func:`line_derivative` along θ − t·step and the gradient and Hessian at the
-    candidate ``at`` (as :func:`grad_hess`, margins computed from scratch), used when the
-    candidate is accepted."""
+    """One line pass: :func:`line_derivative` along θ − t·step and the gradients and Hessians at
+    the candidates, the rows of ``at`` (as :func:`grad_hess`, margins computed from scratch),
+    used when a candidate is accepted."""
     v, y, w = part
     line = line_derivative(part, start, theta=theta, step=step, h=h, ts=ts)
-    grad, hess = _grad_hess(v, y, w, y * (v @ at), h)
-    return grad, hess, line
+    pairs = [_grad_hess(v, y, w, y * (v @ point), h) for point in at]
+    return np.stack([g for g, _ in pairs]), np.stack([m for _, m in pairs]), line
 
 
 def value_grad(part: Part, start: int, *, theta: FloatArray, h: float
@@ -216,8 +218,9 @@ def _hermite_root(br: _Bracket) -> float:
     return lo + (hi - lo) * 0.5 * (s_lo + s_hi)
 
 
-def _candidate(br: _Bracket) -> tuple[float, list[float]]:
-    """The most likely root (the next line pass's candidate) and other estimates in (lo, hi).
+def _candidate(br: _Bracket) -> tuple[list[float], list[float]]:
+    """The most likely roots in (lo, hi) (the next line pass's one or two candidates, which get a
+    gradient and Hessian) and the other estimates.
 
     No breakpoint inside: φ' is linear, the secant is exact. All breakpoints at one location b:
     φ' is two linear pieces, the Newton point from the end on the root's side of b is exact.
@@ -236,44 +239,46 @@ def _candidate(br: _Bracket) -> tuple[float, list[float]]:
         order += [c_cub, c_sec]
     else:
         order = [c_cub, c_hi, c_lo, c_sec]
-    inside = [c for c in order if lo < c < hi]
+    inside = list(dict.fromkeys(c for c in order if lo < c < hi))
     if not inside:
         inside = [0.5 * (lo + hi)]
-    return inside[0], inside[1:]
+    n_cand = 1 if br.count == 0 else 2  # a linear φ' needs no second guess
+    return inside[:n_cand], inside[n_cand:]
 
 
-def _next_points(br: _Bracket) -> tuple[float, FloatArray] | None:
-    """The next line pass's candidate and sorted points in [lo, hi] (both ends included, so that
+def _next_points(br: _Bracket) -> tuple[list[float], FloatArray] | None:
+    """The next line pass's candidates and sorted points in [lo, hi] (both ends included, so that
     the bracket is always between neighbouring points); None when (lo, hi) has no representable
     interior point."""
     lo, hi, width = br.lo, br.hi, br.hi - br.lo
-    cand, others = _candidate(br)
-    if not lo < cand < hi:
+    cands, others = _candidate(br)
+    if not lo < cands[0] < hi:
         return None
-    pts = [np.array([lo, hi, cand, *others]),
+    pts = [np.array([lo, hi, *cands, *others]),
            lo + width * np.arange(1, UNIFORM + 1) / (UNIFORM + 1),
-           cand - CLUSTER * width, cand + CLUSTER * width]
-    for c in others:
+           cands[0] - CLUSTER * width, cands[0] + CLUSTER * width]
+    for c in cands[1:] + others:
         pts += [c - SIDE_CLUSTER * width, c + SIDE_CLUSTER * width]
     allp = np.concatenate(pts)
-    return cand, np.unique(allp[(allp >= lo) & (allp <= hi)])
+    return cands, np.unique(allp[(allp >= lo) & (allp <= hi)])
 
 
 def line_search(engine: Engine, theta: FloatArray, step: FloatArray, *, d0: float, curv0: float,
                 gamma: float, h: float) -> tuple[float, FloatArray | None, FloatArray | None]:
     """argmin_t G(θ − t·step) for t ∈ [0, 1], to float precision of φ' (as erm's
     ``_newton_line_search``), over line passes; returns (t, data gradient, data Hessian) at
-    θ − t·step, the last two None when that point was not a pass's candidate.
+    θ − t·step (computed there from scratch), the last two None when that point was not one of
+    a pass's candidates.
 
     ``d0`` = φ'(0) = −∇G(θ)·step < 0 and ``curv0`` = φ''(0) come from the gradient pass at θ.
     """
     th_s = float(theta @ step)
     ss = float(step @ step)
     lo, lo_val, hi, hi_val = 0.0, d0, 1.0, np.inf
-    ts, cand = FIRST_POINTS, 1.0
+    ts, cands = FIRST_POINTS, [1.0]
     tol = np.inf
     for _ in range(MAX_LINE_PASSES):
-        at = theta - cand * step
+        at = np.stack([theta - c * step for c in cands])
         g_at, h_at, line = engine.map_sum(functools.partial(
             step_pass, theta=theta, step=step, h=h, ts=ts, at=at))
         vals = line[0] - gamma * (th_s - ts * ss)
@@ -282,9 +287,12 @@ def line_search(engine: Engine, theta: FloatArray, step: FloatArray, *, d0: floa
             tol = max(1e-10 * abs(d0),
                       1e-13 * (float(line[2, 0]) + gamma * (abs(th_s) + ss)))
             vals[0], curvs[0] = d0, curv0  # t = 0: the gradient pass's exact values
-        i = int(np.searchsorted(ts, cand))
-        if abs(vals[i]) <= tol or (cand == 1.0 and vals[i] <= tol):
-            return cand, g_at, h_at
+        c_vals = vals[np.searchsorted(ts, cands)]
+        if cands == [1.0] and c_vals[0] <= tol:  # the full step (φ' ≤ 0 on all of [0, 1])
+            return 1.0, g_at[0], h_at[0]
+        if np.any(np.abs(c_vals) <= tol):
+            k = int(np.argmin(np.abs(c_vals)))
+            return cands[k], g_at[k], h_at[k]
         near = np.flatnonzero(np.abs(vals) <= tol)
         if near.size:
             return float(ts[near[np.argmin(np.abs(vals[near]))]]), None, None
@@ -301,7 +309,7 @@ def line_search(engine: Engine, theta: FloatArray, step: FloatArray, *, d0: floa
         nxt = _next_points(br) if hi - lo > 1e-14 * max(1.0, hi) else None
         if nxt is None:
             break
-        cand, ts = nxt
+        cands, ts = nxt
     t = lo if abs(lo_val) < abs(hi_val) else hi
     return t, None, None
 
