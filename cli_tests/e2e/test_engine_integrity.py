@@ -5,10 +5,12 @@ types, F7 what a Dask computation error becomes)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -401,7 +403,9 @@ def test_dask_cluster_failures_exit_5_and_computation_errors_propagate_without_t
         return fn
 
     for exc in (distributed.comm.core.CommClosedError(SECRET), TimeoutError(SECRET),
-                OSError(SECRET), distributed.client.FutureCancelledError(SECRET, "r")):
+                OSError(SECRET), distributed.client.FutureCancelledError(SECRET, "r"),
+                asyncio.CancelledError(SECRET),
+                distributed.scheduler.KilledWorker(SECRET, SimpleNamespace(address="w"), 3)):
         with pytest.raises(EngineError) as err:
             DaskEngine._call(None, fail(exc))  # type: ignore[arg-type]
         assert SECRET not in str(err.value) and "failed mid-run" in str(err.value)

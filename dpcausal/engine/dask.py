@@ -119,7 +119,7 @@ class DaskEngine:
             return fn()
         except DPCausalError:
             raise
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:  # the latter is a BaseException
             if not _is_cluster_failure(exc):
                 raise
             raise EngineError(
