@@ -150,9 +150,10 @@ def execute(
     tables.check_columns(info, method.data_columns(spec))
     engine_run = None
     if spec.engine is not None:  # DESIGN §5: the data passes run on an engine
-        from dpcausal.engine import runner_for
+        from dpcausal.engine import check_source, runner_for
 
         engine_run = runner_for(method.command)
+        check_source(spec.engine, info)
     side = load_side_inputs(method, spec)
     rng = make_rng(seed)
     plan = method.plan(spec, info.n_rows, side, rng=rng)
@@ -172,6 +173,8 @@ def execute(
     engine_record = None
     if engine_run is None:
         frame = tables.read_table(spec.data.path, method.data_columns(spec))
+        if len(frame) != info.n_rows:  # n is public and sets every sensitivity
+            raise tables.changed_error(info.path)
     if test_noise_seed is not None:
         plan = replace(plan, dp_guarantee=False)  # seeded noise can be subtracted: no guarantee
         result.plan = plan

@@ -328,6 +328,35 @@ def test_dask_over_csv_is_a_spec_error(tmp_path: Path, monkeypatch: pytest.Monke
     _nothing_released(tmp_path)
 
 
+def test_dask_over_csv_is_refused_by_the_dry_run_too(tmp_path: Path) -> None:
+    csv = tmp_path / "t.csv"
+    _frame().to_csv(csv, index=False)
+    res = invoke(["owl", "--spec", _spec(tmp_path, csv, engine={"kind": "dask"}), "--dry-run"])
+    assert res.exit_code == 2, res.stdout + res.stderr
+    assert "convert to Parquet" in res.stderr
+
+
+def test_in_memory_a_file_that_changed_after_inspection_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The in-memory path reads the rows once; they must be the n rows the plan was made for."""
+    from dpcausal import pipeline
+
+    data = tmp_path / "t.csv"
+    _frame().to_csv(data, index=False)
+    real = pipeline.tables.read_table
+
+    def grown(path: Any, columns: Any, *args: Any) -> Any:
+        _append_rows(data, 50)
+        return real(path, columns, *args)
+
+    monkeypatch.setattr(pipeline.tables, "read_table", grown)
+    res = invoke(["owl", "--spec", _spec(tmp_path, data, ledger=True)])
+    assert res.exit_code == 2, res.stdout + res.stderr
+    assert "the file changed while running; nothing was released or spent" in res.stderr
+    _nothing_released(tmp_path)
+
+
 def test_dask_engine_closes_its_cluster_when_a_later_step_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -42,6 +42,14 @@ def runner_for(command: str) -> Callable[..., Any]:
     )
 
 
+def check_source(spec: EngineSpec, info: TableInfo) -> None:
+    """Refuse, before the plan and without reading a row, a table the engine cannot partition."""
+    if spec.kind == "dask":
+        from dpcausal.engine.dask import require_parquet
+
+        require_parquet(info)
+
+
 @contextmanager
 def open_engine(spec: EngineSpec, info: TableInfo, columns: Sequence[str]) -> Iterator[Engine]:
     """Start the engine ``spec`` names over ``info``'s table; close it afterwards."""
@@ -60,4 +68,4 @@ def open_engine(spec: EngineSpec, info: TableInfo, columns: Sequence[str]) -> It
         engine.close()
 
 
-__all__ = ["Engine", "EngineError", "open_engine", "runner_for"]
+__all__ = ["Engine", "EngineError", "check_source", "open_engine", "runner_for"]

@@ -66,6 +66,15 @@ def _is_cluster_failure(exc: BaseException) -> bool:
         "distributed"
 
 
+def require_parquet(info: TableInfo) -> None:
+    """Refuse a CSV file (checked before the plan, so a dry run refuses it too)."""
+    if info.format != "parquet":
+        raise SpecError(
+            f"{info.path}: engine.kind dask reads Parquet only: convert to Parquet (a CSV "
+            "file is one partition), e.g. a directory of Parquet files, or use engine.kind "
+            "local for a CSV file (nothing was read, spent or written)")
+
+
 class DaskEngine:
     """Run passes on a Dask cluster at ``address`` (an in-process LocalCluster when None)."""
 
@@ -77,11 +86,7 @@ class DaskEngine:
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise EngineError("engine.kind dask needs the optional dependencies: "
                               "pip install 'dpcausal[dask]'") from exc
-        if info.format != "parquet":
-            raise SpecError(
-                f"{info.path}: engine.kind dask reads Parquet only: convert to Parquet (a CSV "
-                "file is one partition), e.g. a directory of Parquet files, or use engine.kind "
-                "local for a CSV file (nothing was read, spent or written)")
+        require_parquet(info)
         self.n_rows = info.n_rows
         self.passes = 0
         self.columns = list(dict.fromkeys(columns))
