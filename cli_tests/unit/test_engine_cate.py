@@ -16,6 +16,7 @@ from dpcausal.engine.base import tree_add
 from dpcausal.errors import SolverError
 from dpcausal.learners.dp_logistic import fit_logistic
 from dpcausal.learners.dp_ridge import fit_ridge_arms, solve_ridge_arms
+from dpcausal.methods import cate_rff
 from dpcausal.methods.cate_rff import FourierFeatures, fit_rff
 
 CUTS = [0, 100, 101, 450, 1003]
@@ -54,13 +55,13 @@ def test_engine_rff_solver_equals_the_in_memory_solver_with_damped_steps(
     lam0, c, tol = 1e-4, 0.05, 1e-11
     ref = fit_rff(feats.transform(s), rho, phi, lam0=lam0, huber_c=c, grad_tol=tol)
     signs: list[float] = []
-    real = ecr._add_gram_upper
+    real = cate_rff._add_gram_upper
 
     def spy(acc: np.ndarray, z: np.ndarray, w: np.ndarray, sign: float) -> None:
         signs.append(sign)
         real(acc, z, w, sign)
 
-    monkeypatch.setattr(ecr, "_add_gram_upper", spy)
+    monkeypatch.setattr(cate_rff, "_add_gram_upper", spy)
     engine = _batches(s, rho, phi)
     fit = ecr.solve_rff_engine(engine, feats, n=n, lam0=lam0, huber_c=c, grad_tol=tol, rows=37)
     np.testing.assert_allclose(fit.w, ref.w, rtol=0, atol=1e-9)

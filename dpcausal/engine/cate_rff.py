@@ -39,7 +39,7 @@ from dpcausal.methods.cate_krr import huber_derivative, huber_value
 from dpcausal.methods.cate_rff import (
     FourierFeatures,
     RffFit,
-    _add_gram_upper,
+    add_inside_change,
     block_rows,
 )
 
@@ -108,13 +108,7 @@ def rff_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None,
             prev = np.zeros(i1 - i0, dtype=bool)
         else:
             prev = _inside((f if f is not None and w_in is w else z @ w_in) - ph, c)
-        enter = ins & ~prev
-        if enter.all():
-            _add_gram_upper(d_hess, z, rc, 1.0)
-            continue
-        for sel, sign in ((enter, 1.0), (prev & ~ins, -1.0)):
-            if sel.any():
-                _add_gram_upper(d_hess, z[sel], rc[sel], sign)
+        add_inside_change(d_hess, z, rc, ins, prev)
     return zuv[:, 0].copy(), zuv[:, 1].copy(), d_hess, losses
 
 

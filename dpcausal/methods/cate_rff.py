@@ -130,6 +130,19 @@ def _add_gram_upper(acc: FloatArray, z: FloatArray, weights: FloatArray, sign: f
         acc[...] = out
 
 
+def add_inside_change(d_hess: FloatArray, z: FloatArray, rho: FloatArray, inside: BoolArray,
+                      prev: BoolArray) -> None:
+    """d_hess += Σ ρ z zᵀ over the rows that entered the inside set − over those that left it
+    (upper triangle, in place): the change of Z_SᵀW_SZ_S between two iterates."""
+    enter = inside & ~prev
+    if enter.all():
+        _add_gram_upper(d_hess, z, rho, 1.0)
+        return
+    for sel, sign in ((enter, 1.0), (prev & ~inside, -1.0)):
+        if sel.any():
+            _add_gram_upper(d_hess, z[sel], rho[sel], sign)
+
+
 def _pass(blocks: _Blocks, f: FloatArray, rho: FloatArray, phi: FloatArray, c: float | None,
           inside_prev: BoolArray, step: FloatArray | None) -> tuple[_PassStats, FloatArray | None]:
     """One pass at f (or, with ``step``, at f + Z·step, also returning Z·step)."""
@@ -151,14 +164,7 @@ def _pass(blocks: _Blocks, f: FloatArray, rho: FloatArray, phi: FloatArray, c: f
         inside[i0:i1] = ins
         u = np.where(ins, rc * phi[i0:i1], 0.0 if c is None else -c * rc * np.sign(r))
         zuv += z.T @ np.column_stack([u, rc * huber_derivative(r, c)])
-        prev = inside_prev[i0:i1]
-        enter = ins & ~prev
-        if enter.all():
-            _add_gram_upper(d_hess, z, rc, 1.0)
-            continue
-        for sel, sign in ((enter, 1.0), (prev & ~ins, -1.0)):
-            if sel.any():
-                _add_gram_upper(d_hess, z[sel], rc[sel], sign)
+        add_inside_change(d_hess, z, rc, ins, inside_prev[i0:i1])
     return _PassStats(zuv[:, 0].copy(), zuv[:, 1].copy(), d_hess, inside), df
 
 
