@@ -183,6 +183,59 @@ def test_csv_growing_mid_run_is_refused_and_nothing_spent(
     _nothing_released(tmp_path)
 
 
+def test_csv_rewritten_in_place_with_its_mtime_restored_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same size, same mtime (``touch -r`` / ``cp -p``): ctime and the inode still tell (N2)."""
+    import dpcausal.engine.owl as eowl
+
+    csv = tmp_path / "t.csv"
+    _frame().to_csv(csv, index=False)
+    real = eowl.prepare_batch
+    done: list[int] = []
+
+    def rewriting(spec: Any, setup: Any, frame: pd.DataFrame, start: int) -> Any:
+        if not done:
+            done.append(start)
+            st = os.stat(csv)
+            text = csv.read_text()
+            flipped = text.replace(",1,", ",0,", 5)  # flip a few arms: same size, other rows
+            assert flipped != text
+            csv.write_text(flipped)
+            os.utime(csv, ns=(st.st_atime_ns, st.st_mtime_ns))
+            assert os.stat(csv).st_size == st.st_size
+        return real(spec, setup, frame, start)
+
+    monkeypatch.setattr(eowl, "prepare_batch", rewriting)
+    res = invoke(["owl", "--spec", _spec(tmp_path, csv, ledger=True,
+                                         engine={**LOCAL, "cache_mb": 0})])
+    assert done and res.exit_code == 2, res.stdout + res.stderr
+    assert "the file changed while running" in res.stderr
+    _nothing_released(tmp_path)
+
+
+def test_csv_symlink_repointed_after_inspection_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """data/current.csv re-pointed to another file of the same n between inspection and the
+    engine's start: not the file inspected, so refused (N1)."""
+    first, second, link = tmp_path / "a.csv", tmp_path / "b.csv", tmp_path / "current.csv"
+    _frame(seed=0).to_csv(first, index=False)
+    _frame(seed=1).to_csv(second, index=False)
+    link.symlink_to(first)
+
+    def repoint(info: Any) -> None:
+        tmp = tmp_path / "next.csv"
+        tmp.symlink_to(second)
+        os.replace(tmp, link)
+
+    _grow_after_inspection(monkeypatch, repoint)
+    res = invoke(["owl", "--spec", _spec(tmp_path, link, ledger=True, engine=LOCAL)])
+    assert res.exit_code == 2, res.stdout + res.stderr
+    assert "the file changed while running" in res.stderr
+    _nothing_released(tmp_path)
+
+
 @pytest.mark.parametrize("change", ["rewrite", "append"])
 def test_parquet_file_changed_mid_run_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  change: str) -> None:

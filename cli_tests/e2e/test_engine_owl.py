@@ -168,7 +168,7 @@ def test_bad_value_on_a_worker_is_a_data_error(tmp_path: Path, cluster: Any) -> 
         res = invoke(["owl", "--spec", _spec(tmp_path, parts), *extra])
         assert res.exit_code == 2, res.stdout + res.stderr
         assert "'x3'" in res.stderr
-        assert "batch that starts at data row" in res.stderr
+        assert "batch of rows that holds it" in res.stderr
         assert not (tmp_path / "out" / "receipt.json").exists()
 
 

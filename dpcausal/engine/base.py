@@ -6,7 +6,7 @@ global start row is known from metadata alone, so anything public that depends o
 a subsample) is a function of the global row index and not of how the rows are partitioned.
 
 The rows streamed are the rows counted: n (public, from the inspection) sets every sensitivity,
-so each piece carries its file's identity (size, mtime_ns) as inspected, which is checked
+so each piece carries its file's identity (``tables.file_identity``) as inspected, which is checked
 whenever the piece is opened (every local batch pass, every Dask partition read, recomputes
 included) and after it is read, and the rows it yields are counted against ``piece.n_rows``. A
 file that changed fails the run with ``changed_error`` (exit 2) before anything is released.
@@ -53,8 +53,8 @@ class Piece:
     start: int
     n_rows: int
     row_groups: tuple[int, ...] | None
-    identity: tuple[int, int] | None = None
-    """The file's ``(size, mtime_ns)`` at inspection; None: not checked."""
+    identity: tuple[int, ...] | None = None
+    """The file's ``tables.file_identity`` at inspection (None only for hand-made pieces)."""
     csv_types: tuple[tuple[str, pa.DataType], ...] | None = None
     """CSV: the column types fixed over the whole file (``tables.csv_column_types``)."""
 
@@ -69,7 +69,7 @@ def _stamps(info: TableInfo) -> dict[Path, tables.FileStamp]:
     return {s.path.resolve(): s for s in fresh.files}
 
 
-def check_identity(path: Path, identity: tuple[int, int] | None) -> None:
+def check_identity(path: Path, identity: tuple[int, ...] | None) -> None:
     """Refuse when ``path`` is no longer the file that was inspected."""
     if identity is None:
         return
@@ -94,7 +94,9 @@ def plan_pieces(info: TableInfo, target_rows: int, columns: Sequence[str] | None
     if info.format != "parquet":
         path = info.path.resolve()
         stamp = stamps.get(path)
-        identity = (stamp.size, stamp.mtime_ns) if stamp else None
+        if stamp is None:  # not the file inspected (e.g. a symlink re-pointed since)
+            raise changed_error(path)
+        identity = stamp.identity
         check_identity(path, identity)
         types = None
         if columns is not None:
@@ -111,7 +113,7 @@ def plan_pieces(info: TableInfo, target_rows: int, columns: Sequence[str] | None
         stamp = stamps.get(f)
         if stamp is None:  # a file appeared after the inspection
             raise changed_error(f)
-        identity = (stamp.size, stamp.mtime_ns)
+        identity = stamp.identity
         check_identity(f, identity)
         meta = pq.ParquetFile(f).metadata
         if meta.num_rows != stamp.n_rows:
@@ -140,7 +142,8 @@ def batch_error(exc: DataError, start: int) -> DataError:
     """A per-batch DataError with every 'data row k' (counted within the batch) rewritten to the
     global row number, as the in-memory path would report it."""
     message = re.sub(r"data row (\d+)", lambda m: f"data row {int(m.group(1)) + start}", str(exc))
-    return DataError(f"{message} (counts are within the batch that starts at data row {start + 1})")
+    return DataError(f"{message} (a count covers only the batch of rows that holds it: the whole "
+                     "file may have more)")
 
 
 def iter_piece(piece: Piece, columns: Sequence[str], batch_rows: int

@@ -399,11 +399,11 @@ def solve_erm_engine(engine: Engine, *, d: int, gamma: float, loss: HuberHinge, 
     start = warm_start(engine, d=d, gamma=gamma, loss=loss, grad_tol=grad_tol)
     theta, gnorm, its = newton(engine, start, gamma=gamma, h=h, grad_tol=grad_tol,
                                max_newton=max_newton)
-    if gnorm > grad_tol and np.any(start != 0.0):
+    if not gnorm <= grad_tol and np.any(start != 0.0):  # NaN too, as erm
         theta, gnorm, more = newton(engine, np.zeros(d), gamma=gamma, h=h,
                                     grad_tol=grad_tol, max_newton=max_newton)
         its += more
-    if gnorm > grad_tol:
+    if not gnorm <= grad_tol:
         x0 = lbfgs_start(engine, d=d, gamma=gamma, h=h, grad_tol=grad_tol)
         theta, gnorm, more = newton(engine, x0, gamma=gamma, h=h, grad_tol=grad_tol,
                                     max_newton=max_newton)

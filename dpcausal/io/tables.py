@@ -38,20 +38,23 @@ def table_format(path: Path) -> TableFormat:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class FileStamp:
-    """One data file as it was when inspected: identity (size, mtime_ns) and, for Parquet, the
-    footer's row count and schema. The engines compare every file they open against it."""
+    """One data file as it was when inspected: its identity (``file_identity``) and, for Parquet,
+    the footer's row count and schema. The engines compare every file they open against it."""
 
     path: Path
-    size: int
-    mtime_ns: int
+    identity: tuple[int, ...]
     n_rows: int | None = None
     schema: pa.Schema | None = None
 
 
-def file_identity(path: Path) -> tuple[int, int]:
-    """``(size, mtime_ns)`` of ``path``: what changes when a file is rewritten or appended to."""
+def file_identity(path: Path) -> tuple[int, ...]:
+    """``(size, mtime_ns, ctime_ns, inode, device)`` of ``path``: what changes when a file is
+    rewritten, appended to or replaced — ctime too when the mtime is set back (``touch -r``,
+    ``cp -p``, ``rsync -t``), which ``utime`` cannot undo. (A ``chmod`` also moves ctime: a
+    data-independent refusal, never a silent change.)"""
     st = os.stat(path)
-    return int(st.st_size), int(st.st_mtime_ns)
+    return (int(st.st_size), int(st.st_mtime_ns), int(st.st_ctime_ns), int(st.st_ino),
+            int(st.st_dev))
 
 
 def changed_error(path: Path) -> DataError:
@@ -154,7 +157,7 @@ def inspect_table(path: Path | None, what: str = "data file") -> TableInfo:
             columns = tuple(stamps[0].schema.names)
             n_rows = stamps[0].n_rows
         else:
-            stamps = (FileStamp(p.resolve(), *file_identity(p)),)
+            stamps = (FileStamp(p.resolve(), file_identity(p)),)
             reader = pacsv.open_csv(p)
             columns = tuple(reader.schema.names)
             n_rows = 0
@@ -175,9 +178,9 @@ def inspect_table(path: Path | None, what: str = "data file") -> TableInfo:
 def _parquet_stamp(path: Path) -> FileStamp:
     """A Parquet file's identity, footer row count and schema (the identity taken first, so a
     rewrite after it shows as a change)."""
-    size, mtime_ns = file_identity(path)
+    identity = file_identity(path)
     meta = pq.ParquetFile(path)
-    return FileStamp(Path(path).resolve(), size, mtime_ns, int(meta.metadata.num_rows),
+    return FileStamp(Path(path).resolve(), identity, int(meta.metadata.num_rows),
                      meta.schema_arrow)
 
 
@@ -285,7 +288,10 @@ def csv_column_types(path: Path, columns: list[str], block_size: int = CSV_BLOCK
     hexadecimal integers, is read as text here (a method reading it as numbers then refuses it
     on the engine).
     """
-    names = list(pacsv.open_csv(path).schema.names)
+    try:
+        names = list(pacsv.open_csv(path).schema.names)
+    except (pa.ArrowInvalid, OSError) as exc:  # it read fine at inspection: it changed since
+        raise changed_error(path) from exc
     cols = list(dict.fromkeys(columns))
     types: dict[str, pa.DataType] = {c: pa.float64() for c in cols}
     for _ in range(2 * len(cols) + 1):
