@@ -509,4 +509,5 @@ def test_dask_computation_error_is_an_internal_error_not_exit_5(
         "kind": "dask", "address": cluster.scheduler_address, "batch_rows": 1000})])
     assert res.exit_code == 1, res.stdout + res.stderr
     assert "internal error" in res.stderr and "Dask engine failed" not in res.stderr
+    assert "ZeroDivisionError" in res.stderr and "a bug in a per-batch" not in res.stderr
     _nothing_released(tmp_path)

@@ -45,12 +45,17 @@ def guarded(fn: Callable[[], T]) -> T:
     except (typer.Exit, typer.Abort):
         raise
     except Exception as exc:
+        # the message of an unexpected exception may quote data (a cell, a row): it goes to logs
+        # only on request
+        debug = bool(os.environ.get("DPCAUSAL_DEBUG"))
         stderr_console().print(
-            f"internal error (this is a bug in dpcausal; please report it with the command you ran): "
-            f"{type(exc).__name__}: {exc}",
+            "internal error (this is a bug in dpcausal; please report it with the command you ran): "
+            + (f"{type(exc).__name__}: {exc}" if debug else
+               f"{type(exc).__name__} (its message may quote data; rerun with DPCAUSAL_DEBUG=1 to "
+               "see it and the traceback)"),
             markup=False,
         )
-        if os.environ.get("DPCAUSAL_DEBUG"):
+        if debug:
             traceback.print_exc()
         raise typer.Exit(EXIT_INTERNAL) from None
 
