@@ -26,7 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
-from scale_owl import DATA_DIR, FILE_ROWS, ROW_GROUP, run
+from scale_owl import DATA_DIR, FILE_ROWS, ROW_GROUP, run_on
 
 Q = 5
 Y_BOUNDS = (-2.0, 14.0)
@@ -84,18 +84,10 @@ def main() -> None:
     for engine in args.engines:
         spec = write_spec(work / f"{engine}.yaml", root, args.rows, args.rff_dim, work / engine,
                           engine)
-        extra = {"memory": [], "local-stream": []}.get(engine, ["--engine", engine])
         load = os.getloadavg()
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if engine == "dask-procs":  # a 2-process tcp LocalCluster: RSS and CPU of the client only
-            from distributed import LocalCluster
-
-            with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                              dashboard_address=":0") as lc:
-                res = run(spec, ["--engine-address", lc.scheduler_address], command="cate",
-                          document="cate_function.json")
-        else:
-            res = run(spec, extra, command="cate", document="cate_function.json")
+        # dask-procs: a 2-process tcp LocalCluster, so RSS and CPU are the client's only
+        res = run_on(engine, spec, command="cate", document="cate_function.json")
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         weights[engine] = np.array(json.loads(
