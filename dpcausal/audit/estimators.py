@@ -59,7 +59,7 @@ def event_loss(event: PrivacyEvent, a: FloatArray, b: FloatArray) -> EventLoss:
     worst row's, as the mechanism runs on exactly one row given what was released before it.
     """
     if hasattr(a, "privacy_loss"):  # e.g. objective perturbation: no pre-noise vector exists
-        return a.privacy_loss(b, event)  # type: ignore[no-any-return]
+        return a.privacy_loss(b, event)
     if hasattr(a, "distance"):  # an element of a function space, e.g. an RKHS function
         if event.kind not in ("l2_laplace", "gaussian", "gaussian_process"):
             raise ValueError(f"a distance-only input needs an ℓ2 mechanism, not {event.kind!r}")

@@ -161,10 +161,9 @@ def run_release_command(
         from dpcausal.pipeline import execute  # imported here: `dpcausal --help` stays fast
         from dpcausal.spec.load import load_spec
 
-        nonlocal method
-        if isinstance(method, str):
-            method = importlib.import_module(method).METHOD
-        spec, sha = load_spec(spec_path, method.spec_model)
+        command: MethodDef = (importlib.import_module(method).METHOD if isinstance(method, str)
+                              else method)
+        spec, sha = load_spec(spec_path, command.spec_model)
         spec = spec.with_overrides(data=data, out=out, ledger=ledger)
         if engine is not None or engine_address is not None:
             spec = spec.with_overrides(engine=engine, engine_address=engine_address)
@@ -172,8 +171,8 @@ def run_release_command(
             stderr_console().print(
                 "warning: --test-noise-seed makes the noise reproducible; this run has NO "
                 "differential privacy guarantee and its receipt says so", markup=False)
-        with status(f"dpcausal {method.command}: running", quiet or as_json):
-            result = execute(method, spec, sha, seed=seed, dry_run=dry_run,
+        with status(f"dpcausal {command.command}: running", quiet or as_json):
+            result = execute(command, spec, sha, seed=seed, dry_run=dry_run,
                              test_noise_seed=test_noise_seed)
         emit(result, as_json=as_json, quiet=quiet)
 

@@ -64,7 +64,7 @@ def newton_logistic(grad_hess: GradHess, line_search: LineSearch, *, d: int, m: 
         if float(np.linalg.norm(grad)) <= grad_tol:
             return theta
         hess = h_sum / m + l2 * np.eye(d)
-        step = np.linalg.solve(hess, grad)
+        step = np.asarray(np.linalg.solve(hess, grad), dtype=np.float64)
         theta, val = line_search(theta, step, val, float(grad @ step))
     g_sum, _ = grad_hess(theta)
     gnorm = float(np.linalg.norm(g_sum / m + l2 * theta))

@@ -62,9 +62,9 @@ class ExponentialMechanism:
     def probabilities(self, utilities: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """Selection probabilities (for tests and audits only: never released)."""
         u = np.asarray(utilities, dtype=np.float64) / self.temperature
-        u = u - u.max()
-        p = np.exp(u)
-        return p / p.sum()
+        p: npt.NDArray[np.float64] = np.exp(u - u.max())
+        p /= p.sum()
+        return p
 
     def release(self, utilities: npt.ArrayLike, *, rng: np.random.Generator) -> int:
         """Return the index of the selected candidate."""

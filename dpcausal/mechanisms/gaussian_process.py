@@ -26,14 +26,15 @@ def gaussian_kernel(a: npt.ArrayLike, b: npt.ArrayLike, bandwidth: float) -> Flo
     """k0(x, x′) = exp(−‖x − x′‖²/(2h²)) for the rows of ``a`` and ``b`` (unit diagonal)."""
     xa = np.atleast_2d(np.asarray(a, dtype=np.float64))
     xb = np.atleast_2d(np.asarray(b, dtype=np.float64))
-    sq = (
+    sq: FloatArray = (
         np.einsum("ij,ij->i", xa, xa)[:, None]
         + np.einsum("ij,ij->i", xb, xb)[None, :]
         - 2.0 * (xa @ xb.T)
     )
     np.maximum(sq, 0.0, out=sq)
     sq *= -0.5 / (bandwidth * bandwidth)
-    return np.exp(sq, out=sq)
+    np.exp(sq, out=sq)
+    return sq
 
 
 def classic_gp_constant(delta: float) -> float:

@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
+
+if TYPE_CHECKING:
+    from dpcausal.spec.base import CommonSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +65,7 @@ class MethodDef:
     """
 
     command: str
-    spec_model: type
+    spec_model: type[CommonSpec]
     data_columns: Callable[[Any], list[str]]
     side_inputs: Callable[[Any], Mapping[str, SideInput]]
     plan: PlanFn

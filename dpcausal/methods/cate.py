@@ -21,7 +21,7 @@ import pandas as pd
 from scipy.stats import qmc
 
 from dpcausal.accounting.events import PrivacyEvent
-from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.accounting.plan import Guarantee, PrivacyPlan
 from dpcausal.errors import DataError, SpecError
 from dpcausal.io.tables import numeric_column
 from dpcausal.learners.dp_logistic import DPLogistic, PropensityModel
@@ -227,7 +227,7 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
             warnings.append(f"the per-point noise sd {mech.sigma:.3g} exceeds the outcome range "
                             f"{setup.delta_y:g}: the release will be mostly noise (raise ε, n or "
                             "cate.ridge)")
-        guarantee = "approximate"
+        guarantee: Guarantee = "approximate"
     else:
         gamma = certified_gamma(setup, d) if sec.gamma_method == "certified" else None
         qm = queries_mechanism(spec, setup, d, gamma)

@@ -16,7 +16,7 @@ O(n + m² + block + CACHE_MB) — a few n-vectors, the 2m × 2m system and bound
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -94,7 +94,7 @@ class _Blocks:
         self.keep = int(cache_mb * 2**20 // (8 * p * rows))
         self.cache: dict[int, FloatArray] = {}
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[tuple[int, int, FloatArray]]:
         """Blocks in order; the next uncached block is computed in a worker thread meanwhile."""
         with ThreadPoolExecutor(max_workers=1) as pool:
             ahead: dict[int, Future[FloatArray]] = {}

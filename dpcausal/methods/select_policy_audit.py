@@ -142,7 +142,7 @@ def anchor_pair(spec: SelectPolicySpec, frame: pd.DataFrame, rng: np.random.Gene
     base[cols.outcome] = base[cols.outcome].astype(np.float64)
     base.loc[pos, cols.outcome] = 0.5 * (y_lo + y_hi)
     j = int(tr[int(rng.integers(len(tr)))])
-    row = {c: float(v) for c, v in zip(names, corner, strict=True)}
+    row: dict[str, object] = {c: float(v) for c, v in zip(names, corner, strict=True)}
     row[cols.treatment] = arm
     d = replace_one(base, j, {**row, cols.outcome: y_hi})
     dp = replace_one(base, j, {**row, cols.outcome: y_lo})
@@ -167,7 +167,7 @@ def neighbours(spec: SelectPolicySpec, frame: pd.DataFrame, rng: np.random.Gener
     if sec.regime == "learned":
         m = int(np.floor(sec.train_fraction * n_rows))
         blocks = list(sp.split_indices(spec, n_rows, m))
-        names = ("nuisance", "scoring")
+        names: tuple[str, ...] = ("nuisance", "scoring")
     else:
         blocks, names = [np.arange(n_rows)], ("scoring",)
     for i in range(k):

@@ -218,7 +218,7 @@ def effect_document(spec: SynthControlSpec, layout: PanelLayout, plan: PrivacyPl
             "epsilon": spec.privacy.epsilon, "epsilon1": d["epsilon1"], "epsilon2": d["epsilon2"],
             "delta": 0.0, "dp_guarantee": certified, "lambda": d["lambda"],
             "sensitivity": d["sensitivity"], "step2": d["step2"],
-            "neighbouring": NEIGHBOURING["relation"] + " (" + NEIGHBOURING["unit"] + ")",
+            "neighbouring": f"{NEIGHBOURING['relation']} ({NEIGHBOURING['unit']})",
         },
     }
     if "noise_rmse_bound" in d:

@@ -148,7 +148,7 @@ class ObjectiveInput:
         rng = np.random.default_rng(0)
         starts = [np.zeros(p)]
         for side in (self, other):  # where one side's b vanishes: the noise term is largest there
-            starts.append(np.linalg.solve(side.a, side.g))
+            starts.append(np.asarray(np.linalg.solve(side.a, side.g), dtype=np.float64))
         for _ in range(RANDOM_STARTS):
             z = rng.standard_normal(p)
             starts.append(0.9 * self.l1_radius * z / float(np.abs(z).sum()))

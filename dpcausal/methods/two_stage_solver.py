@@ -56,7 +56,8 @@ def qp_terms(h: FloatArray, g: FloatArray, n: int, gamma: float,
     return 0.5 * (p + p.T), c
 
 
-def _kkt_ok(p: FloatArray, c: FloatArray, theta: FloatArray, mu: float, support: FloatArray,
+def _kkt_ok(p: FloatArray, c: FloatArray, theta: FloatArray, mu: float,
+            support: npt.NDArray[np.bool_],
             l1: float) -> bool:
     scale = max(1.0, float(np.abs(c).max()), float(np.abs(p).max()) * l1)
     grad = p @ theta + c
@@ -120,7 +121,7 @@ def _warm_start(p: FloatArray, c: FloatArray, l1: float) -> FloatArray:
 
 def solve_l1_ball_qp(p: FloatArray, c: FloatArray, l1: float) -> Stage2Solution:
     """Exact argmin of ½θᵀPθ + cᵀθ over ‖θ‖₁ ≤ l1 (P positive definite). See module docstring."""
-    theta_u = np.linalg.solve(p, -c)
+    theta_u = np.asarray(np.linalg.solve(p, -c), dtype=np.float64)
     if float(np.abs(theta_u).sum()) <= l1:
         return Stage2Solution(theta_u, False, 0)
     approx = _warm_start(p, c, l1)

@@ -190,7 +190,7 @@ def _newton(v: FloatArray, y: FloatArray, w: FloatArray, gamma: float, h: float,
             mask = new_mask
             hess = base.copy()
             hess[np.diag_indices(d)] += gamma
-            step = np.linalg.solve(hess, grad)
+            step = np.asarray(np.linalg.solve(hess, grad), dtype=np.float64)
             d0 = -float(grad @ step)
             stop = not d0 < 0.0  # not a descent direction at float precision: no progress left
         if not stop:
