@@ -90,3 +90,32 @@ def write_parts(frame: Any, root: Path, n_files: int, row_group: int) -> Path:
                        root / f"part-{i:03d}.parquet", row_group_size=row_group)
     (root / "_SUCCESS").write_text("")
     return root
+
+
+def one_event_plan(eps: float, delta: float = 0.0) -> Any:
+    """A one-event plan costing (``eps``, ``delta``)."""
+    from dpcausal.accounting.events import PrivacyEvent
+    from dpcausal.accounting.plan import PrivacyPlan
+
+    ev = PrivacyEvent("laplace", "test", eps, delta, 1.0, "l1", 1.0 / eps)
+    return PrivacyPlan("test", (ev,), {"relation": "replace-one"}, "pure", True)
+
+
+def charge(ledger: Any, eps: float, cap: float = 1.0, dataset: str = "d") -> dict[str, Any]:
+    """Charge ``ledger`` one release of ε = ``eps`` for ``dataset`` under a spec cap ``cap``."""
+    from dpcausal.accounting.budget import Budget
+    from dpcausal.accounting.receipt import build_receipt
+
+    plan = one_event_plan(eps)
+    receipt = build_receipt(plan, spec_sha256="x", outputs={}, seeded_noise=False, dataset=dataset)
+    return ledger.charge(receipt, dataset=dataset, spec_cap=Budget(cap), requested=plan.cost)
+
+
+def ledger_lines(path: Path) -> list[dict[str, Any]]:
+    """Every record of a ledger file."""
+    return [json.loads(x) for x in Path(path).read_text().splitlines()]
+
+
+def releases(path: Path) -> list[dict[str, Any]]:
+    """The release records (receipts) of a ledger file, without its init and cap records."""
+    return [r for r in ledger_lines(path) if "kind" not in r]

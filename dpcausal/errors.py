@@ -71,3 +71,11 @@ class OutputError(DPCausalError):
 
 class LedgerLockError(OutputError):
     """The ledger lock could not be taken in time."""
+
+
+class LedgerIntegrityError(OutputError):
+    """The ledger fails its integrity check (truncated, edited, re-chained, key or head missing).
+
+    A release run exits 5 (nothing spent); ``audit verify`` and ``audit repair`` report it as a
+    violation (exit 4).
+    """

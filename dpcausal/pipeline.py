@@ -1,32 +1,29 @@
 """Run one release end to end; the library API the CLI and the tests share.
 
 Order (DESIGN §1.2): spec → data schema and row count → plan (public inputs only) → ledger check →
-``--dry-run`` stops here → read rows → estimate and noise → charge the ledger (under its lock,
-re-checking the cap) → write outputs and the receipt atomically. Charging before writing means a
-crash can waste budget but can never publish an uncharged release.
+``--dry-run`` stops here → the output directory is checked → read rows → estimate and noise → stage
+every output (a full disk is found while nothing is spent) → charge the ledger (under its lock,
+re-checking the cap) → write the receipt and publish the release whole (one atomic rename). A
+failure after the charge says "charged, not published": budget may be wasted, but no output is ever
+published without its receipt, an uncharged release is never published, and the previous release
+stays in place until the new one is complete.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from dpcausal.accounting.budget import Budget
-from dpcausal.accounting.ledger import Ledger, LedgerState
+from dpcausal.accounting.ledger import Ledger, LedgerState, now_iso
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.accounting.receipt import build_receipt, finalize, sha256_bytes
 from dpcausal.errors import OutputError
 from dpcausal.io import tables
 from dpcausal.io.documents import read_document
-from dpcausal.io.writers import (
-    atomic_write,
-    check_writable_dir,
-    csv_bytes,
-    json_bytes,
-    parquet_bytes,
-)
+from dpcausal.io.release_dir import RECEIPT, ReleaseDir
+from dpcausal.io.writers import csv_bytes, json_bytes, parquet_bytes
 from dpcausal.mechanisms import noise_generator
 from dpcausal.methods.base import MethodDef, Release
 from dpcausal.rng import make_rng
@@ -77,36 +74,54 @@ def render_release(release: Release, *, parquet: bool) -> dict[str, bytes]:
     return files
 
 
-def write_release_files(out_dir: Path, files: dict[str, bytes], receipt: bytes) -> list[Path]:
-    """Replace the output set in ``out_dir``: old receipt first, new files, new receipt last.
+@dataclass(frozen=True)
+class Charge:
+    """What the charge needs: the ledger (None: receipted, not capped), label, spec cap, cost."""
 
-    Each file is written atomically. Removing the old receipt first means a run killed midway
-    leaves no receipt that claims files of either run; files the previous receipt listed that
-    this release does not write are removed, so stale outputs never sit beside a new receipt.
+    ledger: Ledger | None
+    dataset: str | None
+    spec_cap: Budget | None
+    requested: Budget
+
+
+def charge_and_publish(out: ReleaseDir, files: dict[str, bytes], receipt: dict[str, Any],
+                       charge: Charge) -> tuple[dict[str, Any], list[Path]]:
+    """Stage ``files``, charge the ledger, then publish the release with its receipt, whole.
+
+    Returns the receipt as charged and the published paths (the receipt last). A failure while
+    staging or charging spends nothing and publishes nothing; a failure after the charge raises
+    OutputError saying "charged, not published" and leaves the previous release in place.
     """
-    old_receipt = out_dir / "receipt.json"
-    stale: list[Path] = []
-    if old_receipt.is_file():
-        try:
-            previous = json.loads(old_receipt.read_text())
-            stale = [out_dir / o["path"] for o in previous.get("outputs", [])
-                     if isinstance(o, dict) and o.get("path") not in files
-                     and "/" not in str(o.get("path")) and str(o.get("path")) != "receipt.json"]
-        except (OSError, ValueError, AttributeError):
-            stale = []
     try:
-        old_receipt.unlink(missing_ok=True)
-        for path in stale:
-            path.unlink(missing_ok=True)
-    except OSError as exc:
-        raise OutputError(f"{out_dir}: cannot replace the previous outputs: {exc.strerror}") from exc
-    written = []
-    for name, data in files.items():
-        atomic_write(out_dir / name, data)
-        written.append(out_dir / name)
-    atomic_write(old_receipt, receipt)
-    written.append(old_receipt)
-    return written
+        staged = out.stage(files)
+    except OutputError as exc:
+        raise OutputError(f"{exc}; nothing was spent") from exc
+    try:
+        if charge.ledger is not None:
+            assert charge.dataset is not None
+            assert charge.spec_cap is not None
+            final = charge.ledger.charge(receipt, dataset=charge.dataset,
+                                         spec_cap=charge.spec_cap, requested=charge.requested)
+        else:
+            final = finalize({**receipt, "ledger": None}, None)
+    except BaseException:
+        staged.discard()
+        raise
+    version = (f"{final['seq']:06d}-{final['hash'][:12]}" if final.get("seq")
+               else final["hash"][:12])
+    try:
+        staged.add(RECEIPT, json_bytes(final))
+        paths = staged.publish(version)
+    except BaseException as exc:
+        staged.discard()
+        if not isinstance(exc, OSError | OutputError):
+            raise
+        what = (f"charged, not published: the budget of this run is spent (ledger line "
+                f"{final['seq']}, hash {final['hash'][:12]})" if final.get("seq")
+                else "computed, not published")
+        raise OutputError(f"{exc}. The release was {what}; nothing was written to {out.out}, and "
+                          "the previous release there (if any) is intact") from exc
+    return final, paths
 
 
 def load_side_inputs(method: MethodDef, spec: CommonSpec) -> dict[str, Any]:
@@ -146,6 +161,7 @@ def execute(
         Make the privacy noise reproducible. For tests only: the receipt then says
         ``dp_guarantee: false``.
     """
+    started = now_iso()  # the receipt's created_at: the start (the end would time the data)
     info = tables.inspect_table(spec.data.path)
     tables.check_columns(info, method.data_columns(spec))
     engine_run = None
@@ -168,8 +184,8 @@ def execute(
     if dry_run:
         return result
 
-    out_dir = Path(spec.output.dir)
-    check_writable_dir(out_dir)
+    out = ReleaseDir(Path(spec.output.dir))
+    out.preflight()
     engine_record = None
     if engine_run is None:
         frame = tables.read_table(spec.data.path, method.data_columns(spec))
@@ -192,10 +208,6 @@ def execute(
             # iteration counts, so it is never published (as in memory)
             engine_record = {"kind": spec.engine.kind, "description": engine.description}
     files = render_release(release, parquet=info.format == "parquet")
-    for name in [*files, "receipt.json"]:
-        if (out_dir / name).is_dir():
-            raise OutputError(f"{out_dir / name}: an output would replace a directory; remove it "
-                              "or choose another --out (nothing was spent)")
     receipt = build_receipt(
         plan,
         spec_sha256=spec_sha256,
@@ -203,23 +215,14 @@ def execute(
         seeded_noise=test_noise_seed is not None,
         dataset=spec.ledger.dataset if spec.ledger else None,
         engine=engine_record,
+        created_at=started,
     )
-    if ledger is not None and spec.ledger is not None and cap is not None:
-        receipt = ledger.append(receipt, dataset=spec.ledger.dataset, cap=cap, requested=plan.cost)
-        result.ledger_state = LedgerState(
-            spec.ledger.dataset,
-            Budget(**receipt["ledger"]["spent_before"]),
-            plan.cost,
-            cap,
-        )
-    else:
-        receipt = finalize({**receipt, "ledger": None}, None)
-    try:
-        result.output_paths = write_release_files(out_dir, files, json_bytes(receipt))
-    except OutputError as exc:
-        charged = f"charged to the ledger (entry {receipt['hash'][:12]})" if receipt["ledger"] else ""
-        raise OutputError(f"{exc}. The release was {charged or 'computed'} but its outputs are "
-                          "incomplete (no receipt.json was written)") from exc
+    receipt, result.output_paths = charge_and_publish(out, files, receipt, Charge(
+        ledger, spec.ledger.dataset if spec.ledger else None, cap, plan.cost))
+    if state is not None:  # as charged: the spend may have grown since the plan check
+        charged = receipt["ledger"]
+        result.ledger_state = replace(state, spent=Budget(**charged["spent_before"]),
+                                      cap=Budget(**charged["cap"]), ledger_id=charged["ledger_id"])
     result.receipt = receipt
     result.summary = release.summary
     return result

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from cli_tests.helpers import invoke, read_json, write_yaml
+from cli_tests.helpers import invoke, read_json, releases, write_yaml
 from dpcausal.mechanisms import noise_generator
 from dpcausal.methods import cate
 from dpcausal.spec.cate import CateSpec
@@ -27,6 +27,7 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in ("cate_obs.csv", "cate_queries.csv"):
         shutil.copy(REPO / "sample_data" / name, tmp_path / "sample_data" / name)
     shutil.copytree(REPO / "configs", tmp_path / "configs")
+    (tmp_path / "out").mkdir()  # as in a clone (out/.gitkeep): ledgers are never made in new dirs
     pd.read_csv(REPO / "sample_data" / "cate_obs.csv").head(400).to_csv(tmp_path / "small.csv",
                                                                          index=False)
     monkeypatch.chdir(tmp_path)
@@ -65,8 +66,7 @@ def test_example_config_releases_table_png_receipt_and_ledger(workdir: Path) -> 
     text = json.dumps(receipt)
     for leak in ("alpha", "gamma(T,D)\":", "residual"):
         assert leak not in text
-    ledger = (workdir / "out" / "ledger.jsonl").read_text().splitlines()
-    assert json.loads(ledger[0]) == receipt
+    assert releases(workdir / "out" / "ledger.jsonl") == [receipt]
     assert receipt["ledger"]["spent_after"]["epsilon"] == 5.0  # parallel over the two halves
     verify = invoke(["audit", "verify", "--ledger", "out/ledger.jsonl", "--receipt",
                      str(out / "receipt.json")])
@@ -116,7 +116,7 @@ def test_dry_run_reads_no_rows_and_spends_nothing(workdir: Path) -> None:
     assert plan["dry_run"] is True and plan["n_rows"] == 400
     assert plan["details"]["noise_sd_per_point"] == plan["events"][2]["noise_scale"]
     assert plan["ledger"]["spent_after"]["epsilon"] == 5.0
-    assert not (workdir / "out").exists()
+    assert not any((workdir / "out").iterdir())  # nothing written, no ledger
     human = invoke(["cate", "--spec", write_spec(workdir / "s.yaml"), "--dry-run"])
     assert human.exit_code == 0 and "privacy plan" in human.stdout
     res = invoke(["cate", "--spec", write_spec(workdir / "s.yaml")])
@@ -131,7 +131,7 @@ def test_budget_is_enforced_across_runs(workdir: Path) -> None:
     assert invoke(["cate", "--spec", spec_path, "--quiet"]).exit_code == 0
     res = invoke(["cate", "--spec", spec_path])
     assert res.exit_code == 3 and "exceeded" in res.stderr
-    assert len((workdir / "out" / "ledger.jsonl").read_text().splitlines()) == 2
+    assert len(releases(workdir / "out" / "ledger.jsonl")) == 2
 
 
 @pytest.mark.parametrize(
@@ -157,7 +157,7 @@ def test_bad_input_matrix(workdir: Path, mutate: Any, code: int, message: str) -
     assert res.exit_code == code, res.output
     assert message in res.stderr
     assert "Traceback" not in res.output
-    assert not (workdir / "out").exists()
+    assert not any((workdir / "out").iterdir())  # nothing written, no ledger
 
 
 @pytest.mark.parametrize(
@@ -176,7 +176,7 @@ def test_bad_data_matrix(workdir: Path, content: str, message: str) -> None:
     res = invoke(["cate", "--spec", spec_path, "--data", "bad.csv"])
     assert res.exit_code == 2, res.output
     assert "bad.csv" in res.stderr and message in res.stderr
-    assert not (workdir / "out").exists()
+    assert not any((workdir / "out").iterdir())  # nothing written, no ledger
 
 
 def test_parquet_input_and_schema(workdir: Path) -> None:

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from cli_tests.helpers import invoke, read_json, write_yaml
+from cli_tests.helpers import invoke, read_json, releases, write_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 FORBIDDEN = ("propensities", "balance_table", "residual", "lambda_hat", "smd", "noise_draw")
@@ -24,6 +24,7 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in ("two_stage_obs.csv", "two_stage_new_patients.csv"):
         shutil.copy(REPO / "sample_data" / name, tmp_path / "sample_data" / name)
     shutil.copytree(REPO / "configs", tmp_path / "configs")
+    (tmp_path / "out").mkdir()  # as in a clone (out/.gitkeep): ledgers are never made in new dirs
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -53,8 +54,7 @@ def test_example_config_releases(workdir: Path) -> None:
     recs = pd.read_csv(out / "recommendations.csv")
     assert len(recs) == 200
     assert set(recs["recommended"]) <= {0, 1}
-    ledger = (workdir / "out" / "ledger.jsonl").read_text().splitlines()
-    assert len(ledger) == 1
+    assert len(releases(workdir / "out" / "ledger.jsonl")) == 1
     # nothing non-private is released (weights, propensities, balance tables, residuals)
     assert set(rule) == {"format_version", "command", "method", "feature_map", "theta",
                          "coefficients_original_units", "arms", "decision", "outcome_direction",

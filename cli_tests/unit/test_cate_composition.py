@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
+from cli_tests.helpers import releases
 from dpcausal.accounting.budget import Budget, compose_events
 from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.accounting.ledger import Ledger
@@ -45,9 +45,9 @@ def test_ledger_and_verify_use_the_same_rule(tmp_path: Path) -> None:
     for _ in range(2):
         rec = build_receipt(plan, spec_sha256="0" * 64, outputs={}, seeded_noise=False,
                             dataset="d")
-        ledger.append(rec, dataset="d", cap=cap, requested=plan.cost)
-    assert ledger.spent_in(ledger.entries(), "d") == Budget(2.0, 2e-6)
-    first = json.loads((tmp_path / "l.jsonl").read_text().splitlines()[0])
+        ledger.charge(rec, dataset="d", spec_cap=cap, requested=plan.cost)
+    assert ledger.state("d", Budget(0.0), cap).spent == Budget(2.0, 2e-6)
+    first = releases(tmp_path / "l.jsonl")[0]
     assert first["epsilon"] == 1.0 and first["events"][0]["partition"] == "h/1"
     report = VerifyReport()
     verify_ledger(tmp_path / "l.jsonl", report)

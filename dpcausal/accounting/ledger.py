@@ -1,72 +1,78 @@
-"""The privacy ledger: an append-only, hash-chained JSONL file of receipts, one per release.
+"""The privacy ledger's policy: caps owned by the ledger, dataset labels, totals, the charge.
 
-Only this module writes the ledger. Every append happens under an exclusive file lock
-(``<ledger>.lock``) and re-reads the ledger inside the lock, so concurrent runs (cron jobs, CI
-matrices) can never overspend a cap: the budget check and the append are one critical section.
-A line is written with a single ``write`` of the whole line followed by ``fsync``; a process killed
-mid-write can leave at most a torn last line without a newline, which readers reject loudly
-(``audit verify``) and :meth:`Ledger.append` refuses to extend, so it is never silently
-double-counted or lost.
+Only this module decides what is appended to a ledger; a :class:`LedgerStore` keeps the records
+(keyed hash chain, head record, lock: :mod:`dpcausal.accounting.ledger_store`).
+
+Records, in order: one ``ledger-init`` (or ``ledger-adopt`` after legacy lines), then ``cap``
+records (the policy) and releases (receipts, which have no ``kind``).
+
+- **Caps belong to the ledger.** A dataset's cap is the last ``cap`` record for its label. The first
+  charge of a new label records the spec's ``ledger.budget`` as its cap (a ``cap`` record appended in
+  the same critical section); ``dpcausal ledger init``/``set-cap`` record one explicitly. A spec can
+  lower the cap for its own run (the run is checked against the smaller of the two), never raise
+  it: raising takes ``dpcausal ledger set-cap --raise``, itself a visible record.
+- **Labels.** A label that differs from an existing one only by case, whitespace or Unicode
+  normalization is refused: near-duplicates would split one dataset's budget in two.
+- **One critical section.** The cap check and the append happen under one lock, re-reading the
+  ledger; concurrent runs can never overspend.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+import re
+import unicodedata
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import filelock
-
+from dpcausal import __version__
+from dpcausal.accounting import chain
 from dpcausal.accounting.budget import Budget, compose_events
-from dpcausal.accounting.receipt import GENESIS_HASH, finalize, receipt_hash
-from dpcausal.errors import BudgetExceededError, LedgerLockError, OutputError
+from dpcausal.accounting.ledger_store import LedgerStore, Snapshot, open_store
+from dpcausal.errors import BudgetExceededError, LedgerIntegrityError, OutputError, SpecError
 
-LOCK_TIMEOUT_SECONDS = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerState:
-    """What a dataset has spent, and what a planned run would bring it to."""
-
-    dataset: str
-    spent: Budget
-    requested: Budget
-    cap: Budget
-
-    @property
-    def after(self) -> Budget:
-        """The spend after the planned run."""
-        return self.spent + self.requested
-
-    def to_dict(self) -> dict[str, Any]:
-        """The receipt's ``ledger`` field."""
-        return {
-            "dataset": self.dataset,
-            "spent_before": self.spent.to_dict(),
-            "spent_after": self.after.to_dict(),
-            "cap": self.cap.to_dict(),
-        }
+LABEL_PATTERN = re.compile(r"^[A-Za-z0-9._:/@+-]{1,200}$")
+"""Dataset labels: the same rule as the spec's ``ledger.dataset``."""
 
 
-def _line_problem(line: str, prev: str) -> str | None:
-    """Why a ledger line cannot be trusted, or None."""
-    try:
-        entry = json.loads(line)
-    except json.JSONDecodeError as exc:
-        return f"not valid JSON: {exc.msg}"
-    if not isinstance(entry, dict):
-        return "not a JSON object"
-    if entry.get("prev_hash") != prev:
-        return "hash chain broken: prev_hash does not match the previous line"
-    if receipt_hash(entry) != entry.get("hash"):
-        return "its hash does not match its content (edited after writing)"
-    events = entry.get("events")
+def now_iso() -> str:
+    """The current UTC time, to the second (the form of every ``created_at``)."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def label_key(label: str) -> str:
+    """The form two labels share when they differ only by case, whitespace or Unicode form."""
+    return "".join(unicodedata.normalize("NFKC", label).casefold().split())
+
+
+def check_label(label: str, known: Iterable[str]) -> None:
+    """Refuse a label that is a near-duplicate of an existing one (exit 2)."""
+    for other in known:
+        if other != label and label_key(other) == label_key(label):
+            raise SpecError(
+                f"dataset label '{label}' differs from the ledger's existing label '{other}' only "
+                f"by case, whitespace or Unicode form; use '{other}' exactly (or a clearly "
+                "different name for a different dataset)")
+
+
+def _fmt(b: Budget) -> str:
+    return f"ε={b.epsilon:g}, δ={b.delta:g}"
+
+
+def _budget(d: Any) -> Budget:
+    return Budget(float(d["epsilon"]), float(d["delta"]))
+
+
+def _cap_min(a: Budget, b: Budget) -> Budget:
+    return Budget(min(a.epsilon, b.epsilon), min(a.delta, b.delta))
+
+
+def release_problem(rec: Mapping[str, Any]) -> str | None:
+    """Why a release record could refund or hide budget, or None (events, dataset label)."""
+    events = rec.get("events")
     if not isinstance(events, list):
         return "no events list"
     for ev in events:
@@ -76,162 +82,287 @@ def _line_problem(line: str, prev: str) -> str | None:
             return "an event without numeric epsilon and delta"
         if not (math.isfinite(eps) and eps >= 0 and 0 <= delta <= 1):
             return "an event with a negative or non-finite epsilon or delta"
-    if not isinstance((entry.get("ledger") or {}).get("dataset"), str):
+    if not isinstance((rec.get("ledger") or {}).get("dataset"), str):
         return "no ledger.dataset"
     return None
 
 
-def _fmt(b: Budget) -> str:
-    return f"ε={b.epsilon:g}, δ={b.delta:g}"
+@dataclass
+class Replay:
+    """The policy and totals a ledger's records add up to."""
+
+    caps: dict[str, Budget] = field(default_factory=dict)
+    spent: dict[str, Budget] = field(default_factory=dict)
+    releases: dict[str, int] = field(default_factory=dict)
+    problems: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def labels(self) -> set[str]:
+        """Every dataset label the ledger knows."""
+        return set(self.caps) | set(self.spent)
+
+
+ReleaseHook = Callable[[int, Mapping[str, Any], str, Budget, Budget, Budget | None], None]
+
+
+def replay(records: Iterable[Mapping[str, Any]], on_release: ReleaseHook | None = None) -> Replay:
+    """Walk the records in order: caps from ``cap`` records, spend from releases.
+
+    ``on_release(line, record, dataset, before, after, ledger_cap)`` is called for each release
+    (``audit verify`` checks its recorded fields against the recomputed ones).
+    """
+    out = Replay()
+    for pos, rec in enumerate(records, start=1):
+        kind = rec.get("kind")
+        try:
+            if kind == "cap":
+                out.caps[str(rec["dataset"])] = _budget(rec["cap"])
+                continue
+            if kind in chain.INIT_KINDS:
+                continue
+            if kind is not None:  # a record this version does not know could change the totals
+                out.problems.append((pos, f"unknown record kind {kind!r} (written by a newer "
+                                          "dpcausal?); upgrade before spending"))
+                continue
+            problem = release_problem(rec)
+            if problem:
+                out.problems.append((pos, problem))
+                continue
+            ds = str(rec["ledger"]["dataset"])
+            before = out.spent.get(ds, Budget(0.0, 0.0))
+            out.spent[ds] = before + compose_events(rec["events"])
+            out.releases[ds] = out.releases.get(ds, 0) + 1
+            if on_release is not None:
+                on_release(pos, rec, ds, before, out.spent[ds], out.caps.get(ds))
+        except (KeyError, TypeError, ValueError) as exc:
+            out.problems.append((pos, f"malformed {kind or 'release'} record ({exc})"))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerState:
+    """What a dataset has spent, its cap, and what a planned run would bring it to.
+
+    ``cap`` is the cap the run is checked against: the ledger's, or the spec's when lower; on a
+    dataset's first charge (``ledger_cap`` None) the spec's, which the charge records.
+    """
+
+    dataset: str
+    spent: Budget
+    requested: Budget
+    cap: Budget
+    ledger_cap: Budget | None = None
+    ledger_id: str | None = None
+
+    @property
+    def after(self) -> Budget:
+        """The spend after the planned run."""
+        return self.spent + self.requested
+
+    @property
+    def cap_source(self) -> str:
+        """``ledger``, ``spec`` (lower than the ledger's, for this run) or ``first-charge``."""
+        if self.ledger_cap is None:
+            return "first-charge"
+        return "ledger" if self.cap == self.ledger_cap else "spec"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The receipt's ``ledger`` field."""
+        return {"dataset": self.dataset, "ledger_id": self.ledger_id,
+                "spent_before": self.spent.to_dict(), "spent_after": self.after.to_dict(),
+                "cap": self.cap.to_dict(), "cap_source": self.cap_source}
+
+
+def _record_base(kind: str, created_at: str | None) -> dict[str, Any]:
+    return {"kind": kind, "tool": "dpcausal", "version": __version__,
+            "created_at": created_at or now_iso()}
 
 
 class Ledger:
-    """A ledger file.
+    """A ledger: its policy over a store.
 
     Parameters
     ----------
-    path
-        The JSONL file; created on the first append.
+    location
+        The ledger file (or, once a database store exists, its URL).
     lock_timeout
-        Seconds to wait for the lock before failing with exit code 5 (default
-        ``LOCK_TIMEOUT_SECONDS``, 60 s).
+        Seconds to wait for the lock before failing with exit code 5 (default 60 s).
     """
 
-    def __init__(self, path: Path, *, lock_timeout: float | None = None) -> None:
-        self.path = Path(path)
-        self.lock_timeout = LOCK_TIMEOUT_SECONDS if lock_timeout is None else lock_timeout
+    def __init__(self, location: str | Path, *, lock_timeout: float | None = None) -> None:
+        self.store: LedgerStore = open_store(location, lock_timeout=lock_timeout)
+        self.location = self.store.location
 
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            lock = filelock.FileLock(str(self.path) + ".lock", timeout=self.lock_timeout)
-            with lock:
-                yield
-        except filelock.Timeout as exc:
-            raise LedgerLockError(
-                f"{self.path}: could not lock the ledger within {self.lock_timeout:g} s "
-                f"(another dpcausal run holds {self.path}.lock); retry later"
-            ) from exc
-        except OSError as exc:
-            raise OutputError(f"{self.path}: cannot open the ledger: {exc.strerror}") from exc
+    # -- reading --------------------------------------------------------------------------------
 
-    def entries(self) -> list[dict[str, Any]]:
-        """Parse and check every line; raise OutputError on anything a spend must not trust.
-
-        Checked: a complete last line, JSON objects, each line's own hash, the chain of
-        ``prev_hash``, and events whose ε and δ are finite and non-negative. A forged or edited
-        line could otherwise refund budget. (Dropping whole lines from the end keeps a valid chain:
-        keep receipts, or back the ledger up append-only, to detect that.)
-        """
-        if not self.path.exists():
-            return []
-        try:
-            raw = self.path.read_bytes()
-        except OSError as exc:
-            raise OutputError(f"{self.path}: cannot read the ledger: {exc.strerror}") from exc
-        if raw and not raw.endswith(b"\n"):
+    def _trusted(self, snap: Snapshot) -> Replay:
+        snap.raise_if_damaged()
+        if snap.exists and snap.records and not snap.keyed:
             raise OutputError(
-                f"{self.path}: the last line is incomplete (a run was killed while appending; it "
-                f"released nothing); run 'dpcausal audit repair --ledger {self.path}' to move it aside"
-            )
-        out: list[dict[str, Any]] = []
-        prev = GENESIS_HASH
-        for lineno, line in enumerate(raw.decode("utf-8", "replace").splitlines(), start=1):
-            if not line.strip():
-                continue
-            problem = _line_problem(line, prev)
-            if problem:
-                raise OutputError(
-                    f"{self.path}: line {lineno} fails the ledger's integrity check ({problem}); "
-                    f"nothing was spent. Run 'dpcausal audit verify --ledger {self.path}' and "
-                    "restore the ledger from a backup"
-                )
-            entry = json.loads(line)
-            out.append(entry)
-            prev = entry["hash"]
-        return out
+                f"{self.location} was written by an earlier dpcausal (an unkeyed hash chain, which "
+                "cannot reveal truncation or a re-chained file); adopt it once with 'dpcausal "
+                f"ledger init --adopt --ledger {self.location}' (it verifies the old chain and "
+                "starts the keyed one), then rerun; nothing was spent")
+        result = replay(snap.records)
+        if result.problems:
+            pos, problem = result.problems[0]
+            raise LedgerIntegrityError(
+                f"{self.location}: line {pos} fails the ledger's integrity check ({problem}); "
+                f"nothing was spent. Run 'dpcausal audit verify --ledger {self.location}'")
+        return result
 
-    def repair_torn_tail(self) -> Path | None:
-        """Under the lock, move an incomplete last line to ``<ledger>.torn-<time>``.
-
-        A torn line comes from a run killed during its append; such a run wrote no output (outputs
-        are written only after a complete, fsynced append), so removing it refunds nothing that
-        was released. Returns the file the torn bytes were saved to, or None if there was none.
-        """
-        with self._locked():
-            if not self.path.exists():
-                return None
-            raw = self.path.read_bytes()
-            if not raw or raw.endswith(b"\n"):
-                return None
-            cut = raw.rfind(b"\n") + 1
-            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-            saved = self.path.with_name(f"{self.path.name}.torn-{stamp}")
-            saved.write_bytes(raw[cut:])
-            with self.path.open("r+b") as fh:
-                fh.truncate(cut)
-                fh.flush()
-                os.fsync(fh.fileno())
-            return saved
+    def snapshot(self) -> Snapshot:
+        """The store's verified snapshot (problems listed, not raised)."""
+        return self.store.snapshot()
 
     @staticmethod
-    def spent_in(entries: list[dict[str, Any]], dataset: str) -> Budget:
-        """Total (ε, δ) charged to ``dataset`` by ``entries`` (basic composition over runs)."""
-        eps: list[float] = []
-        dels: list[float] = []
-        for entry in entries:
-            if (entry.get("ledger") or {}).get("dataset") != dataset:
-                continue
-            run = compose_events(entry.get("events", []))
-            eps.append(run.epsilon)
-            dels.append(run.delta)
-        return Budget(math.fsum(eps), min(1.0, math.fsum(dels)))
+    def _state(snap: Snapshot, policy: Replay, dataset: str, requested: Budget,
+               spec_cap: Budget, ledger_id: str | None) -> LedgerState:
+        check_label(dataset, policy.labels)
+        ledger_cap = policy.caps.get(dataset)
+        cap = spec_cap if ledger_cap is None else _cap_min(ledger_cap, spec_cap)
+        return LedgerState(dataset, policy.spent.get(dataset, Budget(0.0, 0.0)), requested, cap,
+                           ledger_cap, ledger_id or snap.ledger_id)
 
-    def state(self, dataset: str, requested: Budget, cap: Budget) -> LedgerState:
-        """Read the current spend (under the lock, so never a half-written line).
-
-        Creates nothing: with no ledger file yet, nothing has been spent.
-        """
-        if not self.path.exists():
-            return LedgerState(dataset, Budget(0.0, 0.0), requested, cap)
-        with self._locked():
-            entries = self.entries()
-        return LedgerState(dataset, self.spent_in(entries, dataset), requested, cap)
+    def state(self, dataset: str, requested: Budget, spec_cap: Budget) -> LedgerState:
+        """The dataset's spend and cap as a planned run would meet them (writes nothing)."""
+        snap = self.store.snapshot()
+        return self._state(snap, self._trusted(snap), dataset, requested, spec_cap, None)
 
     @staticmethod
     def check(state: LedgerState) -> None:
         """Raise BudgetExceededError when the planned run does not fit the cap."""
         if not state.after.fits_within(state.cap):
+            where = {"ledger": "recorded in the ledger",
+                     "spec": "set lower by the spec's ledger.budget",
+                     "first-charge": "from the spec's ledger.budget"}[state.cap_source]
             raise BudgetExceededError(
                 f"privacy budget of dataset '{state.dataset}' exceeded: requested "
-                f"{_fmt(state.requested)} / spent {_fmt(state.spent)} / cap {_fmt(state.cap)}; "
-                "lower privacy.epsilon (or delta), or raise ledger.budget if your policy allows"
-            )
+                f"{_fmt(state.requested)} / spent {_fmt(state.spent)} / cap {_fmt(state.cap)} "
+                f"({where}); lower privacy.epsilon (or delta). A spec cannot raise a cap the "
+                "ledger holds: if your policy allows more, 'dpcausal ledger set-cap --raise' "
+                "records it")
 
-    def append(
-        self, receipt: dict[str, Any], *, dataset: str, cap: Budget, requested: Budget
-    ) -> dict[str, Any]:
-        """Under the lock: re-check the cap, then append the finalized receipt.
+    # -- writing --------------------------------------------------------------------------------
 
-        Returns the receipt as written (with ``ledger``, ``prev_hash`` and ``hash``).
+    def charge(self, receipt: Mapping[str, Any], *, dataset: str, spec_cap: Budget,
+               requested: Budget) -> dict[str, Any]:
+        """Under the lock: re-check the cap, then append the receipt (and the first cap record).
+
+        Returns the receipt as written (``ledger``, ``seq``, ``prev_hash``, ``hash``, ``mac``).
+        Creates the ledger (and its key) when it does not exist yet, in an existing directory.
         """
-        with self._locked():
-            entries = self.entries()
-            state = LedgerState(dataset, self.spent_in(entries, dataset), requested, cap)
+        with self.store.transaction() as txn:
+            snap = txn.snapshot
+            policy = self._trusted(snap)
+            bodies: list[dict[str, Any]] = []
+            ledger_id = snap.ledger_id
+            if not snap.keyed:
+                ledger_id = chain.new_ledger_id()
+                bodies.append(self._init_body(ledger_id, receipt.get("created_at")))
+            state = self._state(snap, policy, dataset, requested, spec_cap, ledger_id)
             self.check(state)
-            prev = entries[-1]["hash"] if entries else GENESIS_HASH
-            final = finalize({**receipt, "ledger": state.to_dict()}, prev)
-            line = (json.dumps(final, sort_keys=True, allow_nan=False) + "\n").encode()
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                try:
-                    view = memoryview(line)
-                    while view:
-                        view = view[os.write(fd, view) :]
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            except OSError as exc:
-                raise OutputError(f"{self.path}: cannot append to the ledger: {exc.strerror}") from exc
-            return final
+            if state.ledger_cap is None:
+                bodies.append(self._cap_body(dataset, spec_cap, None, "first-charge",
+                                             receipt.get("created_at")))
+            bodies.append({**receipt, "ledger": state.to_dict()})
+            return txn.append(bodies)[-1]
+
+    @staticmethod
+    def _init_body(ledger_id: str, created_at: str | None) -> dict[str, Any]:
+        return {**_record_base("ledger-init", created_at), "format": chain.FORMAT,
+                "ledger_id": ledger_id, "composition": "basic"}
+
+    @staticmethod
+    def _cap_body(dataset: str, cap: Budget, previous: Budget | None, reason: str,
+                  created_at: str | None, note: str | None = None) -> dict[str, Any]:
+        body = {**_record_base("cap", created_at), "dataset": dataset, "cap": cap.to_dict(),
+                "previous_cap": previous.to_dict() if previous else None, "reason": reason}
+        if note:
+            body["note"] = note
+        return body
+
+    def init(self, *, dataset: str | None = None, cap: Budget | None = None,
+             note: str | None = None) -> list[dict[str, Any]]:
+        """Create a new ledger (refused if one exists), optionally with a dataset's cap."""
+        if dataset is not None:
+            _check_label_syntax(dataset)
+        with self.store.transaction() as txn:
+            snap = txn.snapshot
+            snap.raise_if_damaged()
+            if snap.exists and (snap.records or snap.keyed):
+                raise OutputError(f"{self.location}: a ledger already exists there; 'ledger init' "
+                                  "only creates new ledgers (use 'ledger set-cap' to change a "
+                                  "cap, 'ledger init --adopt' for a ledger of an earlier version)")
+            bodies = [self._init_body(chain.new_ledger_id(), None)]
+            if dataset is not None and cap is not None:
+                bodies.append(self._cap_body(dataset, cap, None, "init", None, note))
+            return txn.append(bodies)
+
+    def set_cap(self, dataset: str, epsilon: float, delta: float | None = None, *,
+                allow_raise: bool = False, note: str | None = None) -> dict[str, Any]:
+        """Record ``dataset``'s cap. Lowering is always allowed; raising needs ``allow_raise``.
+
+        ``delta`` None keeps the current cap's δ (0 for a dataset without a cap).
+        """
+        _check_label_syntax(dataset)
+        with self.store.transaction() as txn:
+            snap = txn.snapshot
+            if not snap.exists or not snap.keyed:
+                self._trusted(snap)
+                raise OutputError(f"{self.location}: no ledger there; create it with 'dpcausal "
+                                  f"ledger init --ledger {self.location}'")
+            policy = self._trusted(snap)
+            check_label(dataset, policy.labels)
+            previous = policy.caps.get(dataset)
+            if delta is None:
+                delta = previous.delta if previous else 0.0
+            cap = Budget(epsilon, delta)
+            raised = previous is not None and not cap.fits_within(previous)
+            if previous is not None and raised and not allow_raise:
+                raise BudgetExceededError(
+                    f"dataset '{dataset}': the new cap {_fmt(cap)} is higher than the ledger's "
+                    f"{_fmt(previous)}; raising a cap is a policy decision: rerun with --raise "
+                    "(recorded in the ledger) if your policy allows it")
+            reason = "raise" if raised else ("set" if previous is None else "lower")
+            return txn.append([self._cap_body(dataset, cap, previous, reason, None, note)])[0]
+
+    def adopt(self) -> list[dict[str, Any]]:
+        """Start the keyed chain of a legacy (unkeyed) ledger after verifying it.
+
+        Appends a ``ledger-adopt`` record naming the last legacy line, and for each dataset a cap
+        record with the cap of its first legacy release (the cap it was first charged under; later
+        larger caps in the legacy lines were raises the new rules do not allow).
+        """
+        with self.store.transaction() as txn:
+            snap = txn.snapshot
+            snap.raise_if_damaged()
+            if snap.keyed:
+                raise OutputError(f"{self.location}: the ledger is already keyed; nothing to adopt")
+            if not snap.records:
+                raise OutputError(f"{self.location}: no legacy ledger to adopt; use 'dpcausal "
+                                  "ledger init' for a new one")
+            first_caps: dict[str, Budget] = {}
+
+            def first_cap(pos: int, rec: Mapping[str, Any], ds: str, *_: Any) -> None:
+                first_caps.setdefault(ds, _budget(rec["ledger"]["cap"]))
+
+            result = replay(snap.records, first_cap)
+            if result.problems:
+                pos, problem = result.problems[0]
+                raise LedgerIntegrityError(f"{self.location}: line {pos}: {problem}; not adopted")
+            body = {**_record_base("ledger-adopt", None), "format": chain.FORMAT,
+                    "ledger_id": chain.new_ledger_id(), "composition": "basic",
+                    "adopted": {"lines": len(snap.records), "last_hash": snap.records[-1]["hash"]}}
+            caps = [self._cap_body(ds, c, None, "adopt", None) for ds, c in first_caps.items()]
+            return txn.append([body, *caps])
+
+    def repair_torn_tail(self) -> str | None:
+        """Move a provably uncommitted torn last line aside (see the store)."""
+        return self.store.repair_torn_tail()
+
+
+def _check_label_syntax(label: str) -> None:
+    if not LABEL_PATTERN.match(label):
+        raise SpecError(f"dataset label '{label}' is not valid: use 1-200 letters, digits and "
+                        "._:/@+- (a name, never a data hash)")

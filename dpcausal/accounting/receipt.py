@@ -10,13 +10,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from dpcausal import __version__
 from dpcausal.accounting.plan import PrivacyPlan
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: keyed ledger fields (``seq``, ``mac``, ``ledger.ledger_id``, ``ledger.cap_source``);
+``created_at`` is the run's start."""
 GENESIS_HASH = "0" * 64
 
 
@@ -25,9 +28,9 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def receipt_hash(receipt: dict[str, Any]) -> str:
-    """SHA-256 of the canonical JSON of ``receipt`` without its ``hash`` field."""
-    body = {k: v for k, v in receipt.items() if k != "hash"}
+def receipt_hash(receipt: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of ``receipt`` without its ``hash`` and ``mac`` fields."""
+    body = {k: v for k, v in receipt.items() if k not in ("hash", "mac")}
     return hashlib.sha256(canonical_json(body).encode()).hexdigest()
 
 
@@ -44,8 +47,10 @@ def build_receipt(
     seeded_noise: bool,
     dataset: str | None = None,
     engine: dict[str, Any] | None = None,
+    created_at: str | None = None,
 ) -> dict[str, Any]:
-    """Return a receipt without its ledger fields (``ledger``, ``prev_hash``, ``hash``).
+    """Return a receipt without its ledger fields (``ledger``, ``seq``, ``prev_hash``, ``hash``,
+    ``mac``).
 
     Parameters
     ----------
@@ -71,7 +76,7 @@ def build_receipt(
         "tool": "dpcausal",
         "version": __version__,
         "command": plan.command,
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "created_at": created_at or datetime.now(UTC).isoformat(timespec="seconds"),
         "spec_sha256": spec_sha256,
         "dataset": dataset,
         "neighbouring": plan.neighbouring,

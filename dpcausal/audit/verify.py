@@ -1,16 +1,26 @@
-"""``audit verify``: integrity of the ledger's hash chain, its totals and caps, and receipts' outputs."""
+"""``audit verify``: the ledger's keyed chain and head, its totals and caps, and receipts.
+
+The ledger is read by its store (keyed chain, head record: truncation, deletion, re-chaining and
+reordering are problems); the totals are recomputed from the events with the ledger's own policy
+replay (:func:`dpcausal.accounting.ledger.replay`), so the audit and the charge add up the same way.
+A receipt names the line it was charged at (``seq``, ``hash``, ``ledger.ledger_id``): a ledger that
+lost or rewrote that line, or is another ledger, is a problem even when the ledger alone verifies.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dpcausal.accounting.budget import Budget, compose_events
-from dpcausal.accounting.receipt import GENESIS_HASH, receipt_hash
+from dpcausal.accounting.ledger import Ledger, replay
+from dpcausal.accounting.ledger_store import Snapshot
+from dpcausal.accounting.receipt import receipt_hash
 from dpcausal.errors import OutputError
 
 REL_TOL = 1e-9
@@ -42,75 +52,83 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-15)
 
 
-def _event_total(entry: dict[str, Any]) -> Budget:
-    return compose_events(entry.get("events") or [])
+def _same(a: Budget, d: Mapping[str, Any]) -> bool:
+    return _close(a.epsilon, float(d["epsilon"])) and _close(a.delta, float(d["delta"]))
 
 
-def verify_ledger(path: Path, report: VerifyReport) -> dict[str, str]:
-    """Check every line of the ledger; return hash → dataset of the entries found."""
-    try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError as exc:
-        raise OutputError(f"{path}: ledger not found; check --ledger") from exc
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot read the ledger: {exc.strerror}") from exc
-    if raw and not raw.endswith(b"\n"):
-        report.problems.append(f"{path}: last line is incomplete (a write was interrupted)")
-    prev = GENESIS_HASH
-    running: dict[str, Budget] = {}
-    seen: dict[str, str] = {}
-    for lineno, line in enumerate(raw.decode("utf-8", "replace").splitlines(), start=1):
-        where = f"{path}: line {lineno}"
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-            if not isinstance(entry, dict):
-                raise ValueError("not an object")
-        except ValueError as exc:
-            report.problems.append(f"{where}: not a JSON receipt ({exc})")
-            break
-        report.entries += 1
-        try:
-            if entry.get("prev_hash") != prev:
-                report.problems.append(f"{where}: hash chain broken (prev_hash does not match the "
-                                       "previous line: a line was removed, reordered or edited)")
-            if receipt_hash(entry) != entry.get("hash"):
-                report.problems.append(f"{where}: hash mismatch (the line was edited after writing)")
-            prev = entry.get("hash", "")
-            seen[prev] = (entry.get("ledger") or {}).get("dataset", "")
-            total = _event_total(entry)
-            if not (_close(total.epsilon, float(entry["epsilon"]))
-                    and _close(total.delta, float(entry["delta"]))):
-                report.problems.append(f"{where}: epsilon/delta do not equal the sum of its events")
-            led = entry.get("ledger") or {}
-            ds = led.get("dataset")
-            if not ds:
-                report.problems.append(f"{where}: entry has no ledger.dataset")
-                continue
-            before = running.get(ds, Budget(0.0, 0.0))
-            after = before + total
-            sb, sa, cap = led["spent_before"], led["spent_after"], led["cap"]
-            if not (_close(before.epsilon, sb["epsilon"]) and _close(before.delta, sb["delta"])):
-                report.problems.append(
-                    f"{where}: spent_before {sb} does not match the recomputed total "
-                    f"{before.to_dict()} for dataset '{ds}'")
-            if not (_close(after.epsilon, sa["epsilon"]) and _close(after.delta, sa["delta"])):
-                report.problems.append(f"{where}: spent_after {sa} does not match {after.to_dict()}")
-            cap_b = Budget(float(cap["epsilon"]), float(cap["delta"]))
-            if not after.fits_within(cap_b):
-                report.problems.append(
-                    f"{where}: dataset '{ds}' total {after.to_dict()} exceeds its cap {cap}")
-            running[ds] = after
-            report.totals[ds] = {**after.to_dict(), "cap": cap_b.to_dict(),
-                                 "entries": report.totals.get(ds, {}).get("entries", 0) + 1}
-        except (KeyError, TypeError, ValueError) as exc:
-            report.problems.append(f"{where}: malformed receipt ({type(exc).__name__}: {exc})")
-    return seen
+def verify_ledger(path: Path, report: VerifyReport) -> Snapshot:
+    """Check the ledger's integrity and recompute every dataset's total against its cap."""
+    snap = Ledger(path).snapshot()
+    if not snap.exists and not snap.problems:
+        raise OutputError(f"{path}: ledger not found; check --ledger")
+    report.problems.extend(snap.problems)
+    report.notes.extend(snap.notes)
+    if snap.torn_tail:
+        report.problems.append(
+            f"{path}: the last line is incomplete ({len(snap.torn_tail)} bytes) and the head "
+            "record proves it was never committed; 'dpcausal audit repair' moves it aside")
+    if snap.records and not snap.keyed:
+        report.notes.append(
+            f"{path}: an unkeyed ledger of an earlier dpcausal: truncation and re-chaining cannot "
+            f"be detected; adopt it with 'dpcausal ledger init --adopt --ledger {path}'")
+    last_cap: dict[str, dict[str, Any]] = {}
+
+    def check(pos: int, rec: Mapping[str, Any], ds: str, before: Budget, after: Budget,
+              ledger_cap: Budget | None) -> None:
+        where = f"{path}: line {pos}"
+        led = rec["ledger"]
+        if not _same(compose_events(rec["events"]), {"epsilon": rec["epsilon"],
+                                                     "delta": rec["delta"]}):
+            report.problems.append(f"{where}: epsilon/delta do not equal the sum of its events")
+        if not _same(before, led["spent_before"]):
+            report.problems.append(f"{where}: spent_before {led['spent_before']} does not match "
+                                   f"the recomputed total {before.to_dict()} for dataset '{ds}'")
+        if not _same(after, led["spent_after"]):
+            report.problems.append(f"{where}: spent_after {led['spent_after']} does not match "
+                                   f"{after.to_dict()}")
+        cap = Budget(float(led["cap"]["epsilon"]), float(led["cap"]["delta"]))
+        if "mac" in rec and ledger_cap is None:
+            report.problems.append(f"{where}: a release of dataset '{ds}' before any cap record")
+        if ledger_cap is not None and not cap.fits_within(ledger_cap):
+            report.problems.append(f"{where}: checked against cap {cap.to_dict()}, above the "
+                                   f"ledger's cap {ledger_cap.to_dict()} for dataset '{ds}'")
+        if not after.fits_within(cap):
+            report.problems.append(f"{where}: dataset '{ds}' total {after.to_dict()} exceeds "
+                                   f"its cap {cap.to_dict()}")
+        last_cap[ds] = cap.to_dict()
+
+    result = replay(snap.records, check)
+    report.problems.extend(f"{path}: line {pos}: {p}" for pos, p in result.problems)
+    report.entries = sum(result.releases.values())
+    for ds in sorted(result.labels):
+        spent = result.spent.get(ds, Budget(0.0, 0.0))
+        cap = result.caps[ds].to_dict() if ds in result.caps else last_cap.get(ds)
+        report.totals[ds] = {**spent.to_dict(), "cap": cap,
+                             "entries": result.releases.get(ds, 0)}
+    return snap
 
 
-def verify_receipt(path: Path, report: VerifyReport, ledger_hashes: dict[str, str] | None) -> None:
-    """Check a receipt's own hash, its presence in the ledger, and its outputs' hashes."""
+def _receipt_in_ledger(receipt: Mapping[str, Any], snap: Snapshot) -> str | None:
+    """Why the ledger does not hold this receipt where it says it was charged, or None."""
+    seq = receipt.get("seq")
+    if seq is None:  # a receipt of the unkeyed format: look it up by hash
+        if any(r.get("hash") == receipt["hash"] for r in snap.records):
+            return None
+        return "receipt is not in the ledger (no line has its hash)"
+    led_id = (receipt.get("ledger") or {}).get("ledger_id")
+    if led_id != snap.ledger_id:
+        return (f"receipt was charged to ledger {led_id}, but this ledger is {snap.ledger_id} "
+                "(another ledger, or this one was deleted and re-created)")
+    if not isinstance(seq, int) or seq > len(snap.records):
+        return (f"receipt was charged at line {seq} but the ledger has {len(snap.records)} lines: "
+                "committed history was lost (truncated, or rolled back to an older copy)")
+    if snap.records[seq - 1].get("hash") != receipt["hash"]:
+        return f"line {seq} of the ledger is not this receipt: history was rewritten"
+    return None
+
+
+def verify_receipt(path: Path, report: VerifyReport, snap: Snapshot | None) -> None:
+    """Check a receipt's own hash, its line in the ledger, and its outputs' hashes."""
     try:
         receipt = json.loads(Path(path).read_text())
     except FileNotFoundError as exc:
@@ -122,8 +140,10 @@ def verify_receipt(path: Path, report: VerifyReport, ledger_hashes: dict[str, st
     if not isinstance(receipt, dict) or receipt_hash(receipt) != receipt.get("hash"):
         report.problems.append(f"{path}: hash mismatch (the receipt was edited)")
         return
-    if ledger_hashes is not None and receipt.get("ledger") and receipt["hash"] not in ledger_hashes:
-        report.problems.append(f"{path}: receipt is not in the ledger (no line has its hash)")
+    if snap is not None and receipt.get("ledger"):
+        problem = _receipt_in_ledger(receipt, snap)
+        if problem:
+            report.problems.append(f"{path}: {problem}")
     for out in receipt.get("outputs", []):
         target = Path(path).parent / out["path"]
         if not target.exists():
@@ -137,7 +157,7 @@ def verify_receipt(path: Path, report: VerifyReport, ledger_hashes: dict[str, st
 def verify(ledger: Path | None, receipts: list[Path]) -> VerifyReport:
     """Verify a ledger and/or receipts."""
     report = VerifyReport()
-    hashes = verify_ledger(ledger, report) if ledger is not None else None
+    snap = verify_ledger(ledger, report) if ledger is not None else None
     for r in receipts:
-        verify_receipt(r, report, hashes)
+        verify_receipt(r, report, snap)
     return report

@@ -11,6 +11,7 @@ import typer
 
 from dpcausal import __version__
 from dpcausal.cli import audit as audit_cli
+from dpcausal.cli import ledger as ledger_cli
 from dpcausal.cli._run import guarded
 from dpcausal.cli.cate import cate
 from dpcausal.cli.owl import owl
@@ -42,6 +43,7 @@ app.command("synth-control")(synth_control)
 app.command("cate")(cate)
 app.command("two-stage")(two_stage)
 app.add_typer(audit_cli.app, name="audit")
+app.add_typer(ledger_cli.app, name="ledger")
 
 
 def _version(value: bool) -> None:

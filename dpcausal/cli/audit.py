@@ -15,7 +15,7 @@ from rich.progress import Progress, TaskID
 
 from dpcausal.audit.verify import verify
 from dpcausal.cli._run import guarded, show_progress, stderr_console, stdout_console
-from dpcausal.errors import AuditViolation, OutputError, SpecError
+from dpcausal.errors import AuditViolation, LedgerIntegrityError, OutputError, SpecError
 
 app = typer.Typer(no_args_is_help=True,
                   help="Verify receipts and the ledger; audit a command's privacy empirically.")
@@ -30,24 +30,28 @@ def verify_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
-    """Check the hash chain, recompute totals against caps, and check output hashes.
+    """Check the keyed hash chain and head, recompute totals against caps, check receipts.
 
-    Exit 0 when everything holds, 4 naming the first broken line or file otherwise.
+    A receipt must be at the ledger line it was charged at, and its outputs must match their
+    hashes. Exit 0 when everything holds, 4 naming the first broken line or file otherwise.
     """
 
     def body() -> None:
         if ledger is None and not receipt:
             raise SpecError("give --ledger FILE and/or --receipt FILE")
-        report = verify(ledger, list(receipt or []))
+        try:
+            report = verify(ledger, list(receipt or []))
+        except LedgerIntegrityError as exc:
+            raise AuditViolation(str(exc)) from exc
         if as_json:
             sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
         elif not quiet:
             console = stdout_console()
             for ds, tot in report.totals.items():
-                console.print(
-                    f"dataset '{ds}': {tot['entries']} release(s), spent ε={tot['epsilon']:g} "
-                    f"δ={tot['delta']:g} of cap ε={tot['cap']['epsilon']:g} δ={tot['cap']['delta']:g}",
-                    markup=False)
+                cap = tot["cap"]
+                of = f"cap ε={cap['epsilon']:g} δ={cap['delta']:g}" if cap else "no cap recorded"
+                console.print(f"dataset '{ds}': {tot['entries']} release(s), spent "
+                              f"ε={tot['epsilon']:g} δ={tot['delta']:g} of {of}", markup=False)
             for note in report.notes:
                 console.print(f"note: {note}", markup=False)
             if report.ok:
@@ -67,24 +71,29 @@ def verify_cmd(
 def repair_cmd(
     ledger: Annotated[Path, typer.Option("--ledger", help="Ledger JSONL file.")],
 ) -> None:
-    """Move an incomplete last line (left by a run killed while appending) out of the ledger.
+    """Move aside an incomplete last line that the head record proves was never committed.
 
-    Such a run released nothing, so no spend is lost; the torn bytes are kept in
-    LEDGER.torn-<time>. Any other damage is refused: restore the ledger from a backup.
+    Such a line was left by a run killed (or a disk that filled) while appending; it published
+    nothing, so no spend is lost. The bytes are kept in LEDGER.torn-<time>. Anything else —
+    a truncated committed line, a missing line, a bad MAC — is refused with exit 4 and the evidence:
+    restore the ledger from a backup.
     """
 
     def body() -> None:
         from dpcausal.accounting.ledger import Ledger
 
-        if not ledger.exists():
-            raise OutputError(f"{ledger}: ledger not found; check --ledger")
-        saved = Ledger(ledger).repair_torn_tail()
+        try:
+            store = Ledger(ledger)
+            if not store.snapshot().exists and not store.snapshot().problems:
+                raise OutputError(f"{ledger}: ledger not found; check --ledger")
+            saved = store.repair_torn_tail()
+        except LedgerIntegrityError as exc:
+            raise AuditViolation(str(exc)) from exc
         if saved is None:
             stdout_console().print(f"{ledger}: no incomplete line; nothing to repair", markup=False)
         else:
-            stdout_console().print(f"{ledger}: moved the incomplete last line to {saved}",
-                                   markup=False)
-        Ledger(ledger).entries()  # the rest must now pass the integrity check
+            stdout_console().print(f"{ledger}: moved the incomplete last line (never committed) "
+                                   f"to {saved}", markup=False)
 
     guarded(body)
 

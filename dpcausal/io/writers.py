@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dpcausal.errors import OutputError
+from dpcausal.io.durable import fsync_dir
 
 
 def json_bytes(obj: Any) -> bytes:
@@ -51,31 +52,7 @@ def atomic_write(path: Path, data: bytes) -> None:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_dir(path.parent)
     except OSError as exc:
         raise OutputError(f"{path}: cannot write the output: {exc.strerror}") from exc
 
-
-def check_writable_dir(path: Path) -> None:
-    """Refuse early (before spending) when ``path`` could not be created or written.
-
-    Creates nothing: a refused or failed run leaves no empty output directory behind.
-    """
-    path = Path(path).absolute()
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir():
-        raise OutputError(
-            f"{path}: cannot create the output directory ({probe} is not a directory); "
-            "fix output.dir or pass --out DIR"
-        )
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise OutputError(
-            f"{path}: the output directory cannot be written (no write permission on {probe}); "
-            "fix output.dir or pass --out DIR"
-        )
