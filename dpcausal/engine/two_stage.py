@@ -327,9 +327,14 @@ def stage2_stats(spec: TwoStageSpec, setup: TwoStageSetup, engine: Engine, n: in
         stats = engine.map_sum(functools.partial(stage2_pass, weights=sec.weights,
                                                  p_treated=p_treated, lam=lam))
     counts_a, tot, hs, gs, bad = stats
-    if bad[0] > 0 or not (np.all(np.isfinite(tot)) and np.all(tot >= 0)):
-        raise DataError("stage-1 weights are not finite and nonnegative; no release was made "
-                        "(report this as a bug)")
+    if not _stats_ok(bad, tot) and not certify:
+        # as compute_weights: the bound in use holds for any weights, so the fixed public choice
+        # w = 1 replaces weights that cannot be normalised (never a data-dependent refusal)
+        stats = engine.map_sum(functools.partial(stage2_pass, weights="uniform", p_treated=None,
+                                                 lam=None))
+        counts_a, tot, hs, gs, bad = stats
+    if not _stats_ok(bad, tot):
+        raise RuntimeError("stage-1 weights are not finite, nonnegative and positive in sum")
     if sec.weights == "ebw" and (sec.ebw or EbwSection()).arm_totals == "equal":
         arms = [k for k in (0, 1) if counts_a[k] > 0]  # each non-empty arm: n/(#arms)
         alpha = np.array([(n / len(arms)) / tot[k] if k in arms else 0.0 for k in (0, 1)])
@@ -337,6 +342,12 @@ def stage2_stats(spec: TwoStageSpec, setup: TwoStageSetup, engine: Engine, n: in
         alpha = np.full(2, n / float(tot.sum()))
     alpha = alpha * (n / float(alpha @ tot))  # the in-memory w·(n/Σw)
     return np.einsum("k,kij->ij", alpha, hs), alpha @ gs
+
+
+def _stats_ok(bad: FloatArray, tot: FloatArray) -> bool:
+    """Whether the per-arm weight totals can be normalised (finite, ≥ 0, positive in sum)."""
+    return bool(bad[0] == 0 and np.all(np.isfinite(tot)) and np.all(tot >= 0)
+                and float(tot.sum()) > 0)
 
 
 def run(spec: TwoStageSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, pd.DataFrame],

@@ -20,6 +20,7 @@ from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.errors import (
     DataError,
     PrivacyError,
+    SolverError,
     SpecError,
     UncertifiedModeError,
 )
@@ -62,6 +63,8 @@ from dpcausal.spec.two_stage import (
 FloatArray = npt.NDArray[np.float64]
 MMD_MAX_ROWS = 5000
 """The MMD program forms the n × n kernel matrix; larger n is refused before any row is read."""
+STAGE1_FALLBACK = ("uniform weights (w = 1) if the stage-1 program is infeasible or its solve "
+                   "fails; the bound in use holds for any weights, so nothing is refused")
 
 def data_columns(spec: TwoStageSpec) -> list[str]:
     """Columns two-stage reads from the sensitive file."""
@@ -99,7 +102,20 @@ def mmd_box(sec: MmdSection) -> float:
 
 
 def compute_weights(spec: TwoStageSpec, setup: TwoStageSetup, data: Prepared) -> FloatArray:
-    """Stage 1 (never released). Returns w ∈ nΔⁿ."""
+    """Stage 1 (never released). Returns w ∈ nΔⁿ.
+
+    Notes
+    -----
+    A refusal is an output: once the rows are read, no branch may end the run on the data. When
+    the bound in use holds for ANY weights in nΔⁿ (``sensitivity: universal``, or a method bound
+    clipped to the universal caps; always the case for ``mmd``), a stage-1 solve that fails
+    (the mmd program infeasible because an arm has fewer than n/R_MMD rows, no convergence, a
+    singular system, non-finite weights) is replaced by the fixed public choice w ≡ 1, silently:
+    the stability bound, the noise and the outputs are those of any other weights. Otherwise the
+    bound is method-specific and the weights are closed forms (uniform, ipw-rct, ipw-known: finite
+    by their public bounds) or certified duals (ipw-logit, ebw), whose only failure is the
+    certificate's, not reachable through rounding (``two_stage_weights._certified``).
+    """
     sec = spec.two_stage
     n = len(data.t)
     # Stage-1 accuracy matters only if the bound in use is method-specific: when it is clipped to
@@ -107,33 +123,51 @@ def compute_weights(spec: TwoStageSpec, setup: TwoStageSetup, data: Prepared) ->
     # data-dependent refusal can occur there (review finding: refusal side channel).
     certify = (sec.sensitivity == "method"
                and stability_bounds(spec, setup, n).method_specific(sec.calibration))
+    if certify:
+        w = _stage1(spec, data, certify=True)
+    else:
+        try:
+            w = _stage1(spec, data, certify=False)
+        except (SolverError, np.linalg.LinAlgError, FloatingPointError):
+            w = None
+        if w is None or not weights_ok(w):
+            w = wts.uniform_weights(n)  # the fixed public choice (any weights are covered)
+    if not weights_ok(w):
+        raise RuntimeError("stage-1 weights are not finite, nonnegative and positive in sum")
+    return w * (n / float(w.sum()))
+
+
+def weights_ok(w: FloatArray) -> bool:
+    """Whether stage-1 weights can be normalised into nΔⁿ (finite, ≥ 0, positive sum)."""
+    return bool(np.all(np.isfinite(w)) and np.all(w >= 0) and float(w.sum()) > 0)
+
+
+def _stage1(spec: TwoStageSpec, data: Prepared, *, certify: bool) -> FloatArray:
+    """The spec's weight method on the prepared rows (may raise SolverError)."""
+    sec = spec.two_stage
+    n = len(data.t)
     if sec.weights == "uniform":
-        w = wts.uniform_weights(n)
-    elif sec.weights == "ipw-rct":
+        return wts.uniform_weights(n)
+    if sec.weights == "ipw-rct":
         assert sec.ipw_rct is not None
-        w = wts.ipw_rct_weights(data.a, sec.ipw_rct.p_treated)
-    elif sec.weights == "ipw-known":
+        return wts.ipw_rct_weights(data.a, sec.ipw_rct.p_treated)
+    if sec.weights == "ipw-known":
         assert sec.ipw_known is not None
         score = sec.ipw_known.intercept + data.raw @ coef_vector(spec)
-        w = wts.ipw_from_scores(data.a, score)
-    elif sec.weights == "ipw-logit":
+        return wts.ipw_from_scores(data.a, score)
+    if sec.weights == "ipw-logit":
         cfg = sec.ipw_logit or IpwLogitSection()
         feats = np.hstack([np.ones((n, 1)), data.scaled])
-        w = wts.ipw_logit_weights(data.a, feats, radius=cfg.radius, ridge=cfg.ridge,
-                                  certify=certify)
-    elif sec.weights == "ebw":
+        return wts.ipw_logit_weights(data.a, feats, radius=cfg.radius, ridge=cfg.ridge,
+                                     certify=certify)
+    if sec.weights == "ebw":
         ebw = sec.ebw or EbwSection()
         g, m_g = _moments(data.scaled, ebw.moments)
-        w = wts.ebw_weights(data.a, g, kappa=ebw.min_arm_fraction, m_g=m_g, radius=ebw.radius,
-                            ridge=ebw.ridge, arm_totals=ebw.arm_totals, certify=certify)
-    else:
-        assert sec.mmd is not None
-        w = wts.mmd_weights(data.a, data.scaled, bandwidth=sec.mmd.bandwidth, alpha=sec.mmd.alpha,
-                            ridge=sec.mmd.ridge, box=mmd_box(sec.mmd))
-    if not (np.all(np.isfinite(w)) and np.all(w >= 0)):
-        raise DataError("stage-1 weights are not finite and nonnegative; no release was made "
-                        "(report this as a bug)")
-    return w * (n / float(w.sum()))
+        return wts.ebw_weights(data.a, g, kappa=ebw.min_arm_fraction, m_g=m_g, radius=ebw.radius,
+                               ridge=ebw.ridge, arm_totals=ebw.arm_totals, certify=certify)
+    assert sec.mmd is not None
+    return wts.mmd_weights(data.a, data.scaled, bandwidth=sec.mmd.bandwidth, alpha=sec.mmd.alpha,
+                           ridge=sec.mmd.ridge, box=mmd_box(sec.mmd))
 
 
 def stability_bounds(spec: TwoStageSpec, setup: TwoStageSetup, n: int) -> StabilityBounds:
@@ -257,6 +291,9 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
         # method-specific; a clipped-to-universal bound holds for any weights)
         "stage1_certified": (sec.sensitivity == "method" and sec.weights in ("ipw-logit", "ebw")
                              and bounds.method_specific(sec.calibration)),
+        # public: what stage 1 does when its solve fails (never a refusal: that would be an output)
+        "stage1_fallback": ("none needed (closed form or certified)"
+                            if bounds.method_specific(sec.calibration) else STAGE1_FALLBACK),
     }
     if rho > 1.0:
         details["warning"] = (f"noise-to-signal ratio {rho:.3g} > 1: the released rule is likely "
