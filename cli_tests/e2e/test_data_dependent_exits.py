@@ -20,6 +20,7 @@ from cli_tests.helpers import invoke, write_yaml
 def run_pair(tmp_path: Path, command: str, doc: dict[str, Any], frames: list[pd.DataFrame],
              extra: tuple[str, ...] = ()) -> list[Any]:
     """Run ``command`` on each frame (same spec, own data file and output dir); the results."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     results = []
     for k, frame in enumerate(frames):
         data = tmp_path / f"d{k}.csv"
@@ -94,3 +95,196 @@ def test_two_stage_fallback_is_the_uniform_weights(monkeypatch: pytest.MonkeyPat
     np.testing.assert_array_equal(ts.compute_weights(spec, setup, data), np.ones(60))
     monkeypatch.setattr(wts, "mmd_weights", lambda *a, **k: np.full(60, np.nan))
     np.testing.assert_array_equal(ts.compute_weights(spec, setup, data), np.ones(60))
+
+
+# ----------------------------------------------------------------- ridge/logistic tolerances
+
+
+def _obs_frame(n: int, hi: float, seed: int, covariates: int = 3) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    out = pd.DataFrame(rng.uniform(0, 1, size=(n, covariates)),
+                       columns=[f"x{j}" for j in range(covariates)])
+    out["a"] = (rng.uniform(size=n) < 0.5).astype(int)
+    out["y"] = rng.uniform(0, hi, n)
+    return out
+
+
+def _neighbour(frame: pd.DataFrame, seed: int, hi: float) -> pd.DataFrame:
+    """Replace one random row by a fresh record inside the public bounds."""
+    rng = np.random.default_rng(seed)
+    out = frame.copy()
+    i = int(rng.integers(len(out)))
+    for c in out.columns:
+        out.loc[i, c] = rng.uniform(0, hi) if c == "y" else (
+            int(rng.integers(2)) if c == "a" else rng.uniform(0, 1))
+    return out
+
+
+def _cate_doc(hi: float) -> dict[str, Any]:
+    return {
+        "data": {"path": "unused.csv",
+                 "columns": {"outcome": "y", "treatment": "a", "covariates": ["x0", "x1", "x2"]}},
+        "bounds": {"outcome": [0.0, hi], "covariates": [0.0, 1.0]},
+        "privacy": {"epsilon": 1.0, "delta": 1e-4},
+        "output": {"dir": "unused"},
+        "cate": {"grid": {"vary": ["x0"], "points": 5}, "plot": False},
+    }
+
+
+def _select_doc(hi: float, library: Path) -> dict[str, Any]:
+    return {
+        "data": {"path": "unused.csv",
+                 "columns": {"outcome": "y", "treatment": "a", "covariates": ["x0", "x1", "x2"]}},
+        "bounds": {"outcome": [0.0, hi], "covariates": [0.0, 1.0]},
+        "privacy": {"epsilon": 1.0},
+        "output": {"dir": "unused"},
+        "select_policy": {"treated": 1, "control": 0, "library": {"path": str(library)}},
+    }
+
+
+@pytest.mark.parametrize("hi", [1e-6, 1e9])
+def test_cate_neighbours_at_extreme_outcome_ranges_release_alike(tmp_path: Path,
+                                                                  hi: float) -> None:
+    """On the old code the DP ridge's absolute 1e-9 gradient check refused most data sets at an
+    outcome range of 1e9 (exit 2, quoting the gradient norm), so neighbours flipped 0 ↔ 2."""
+    codes = []
+    for seed in range(3):
+        d = _obs_frame(80, hi, seed)
+        res = run_pair(tmp_path / f"p{seed}", "cate", _cate_doc(hi),
+                       [d, _neighbour(d, 100 + seed, hi)])
+        codes += [r.exit_code for r in res]
+        for r in res:
+            assert_no_number_quoted(r.stderr)
+    assert codes == [0] * 6, codes
+
+
+@pytest.mark.parametrize("hi", [1e-6, 1e9])
+def test_select_policy_neighbours_at_extreme_outcome_ranges_release_alike(tmp_path: Path,
+                                                                           hi: float) -> None:
+    """On the old code the certified ridge's absolute 1e-10 gradient check refused about half of
+    the data sets at an outcome range of 1e8–1e9, so neighbours flipped 0 ↔ 2."""
+    library = write_yaml(tmp_path / "lib.yaml", {"policies": [
+        {"name": "all", "type": "constant", "treat": True},
+        {"name": "none", "type": "constant", "treat": False},
+        {"name": "x0", "type": "threshold", "covariate": "x0", "op": ">=", "threshold": 0.5}]})
+    codes = []
+    for seed in range(3):
+        d = _obs_frame(120, hi, seed)
+        res = run_pair(tmp_path / f"p{seed}", "select-policy", _select_doc(hi, library),
+                       [d, _neighbour(d, 200 + seed, hi)])
+        codes += [r.exit_code for r in res]
+        for r in res:
+            assert_no_number_quoted(r.stderr)
+    assert codes == [0] * 6, codes
+
+
+# ------------------------------------------------ the other commands at extreme public scales
+
+
+def _owl_doc(lo: float, hi: float, gamma: float) -> dict[str, Any]:
+    return {
+        "data": {"path": "unused.csv",
+                 "columns": {"outcome": "y", "treatment": "a", "covariates": ["x0", "x1", "x2"]}},
+        "bounds": {"outcome": [lo, hi], "covariates": [0.0, 1.0]},
+        "privacy": {"epsilon": 1.0},
+        "output": {"dir": "unused"},
+        "owl": {"treated": 1, "propensity": 0.5, "gamma": gamma},
+    }
+
+
+def _two_stage_doc(lo: float, hi: float, ridge: float, sensitivity: str) -> dict[str, Any]:
+    return {
+        "data": {"path": "unused.csv",
+                 "columns": {"outcome": "y", "treatment": "a", "covariates": ["x0", "x1", "x2"]}},
+        "bounds": {"outcome": [lo, hi], "covariates": [0.0, 1.0]},
+        "privacy": {"epsilon": 1.0},
+        "output": {"dir": "unused"},
+        "two_stage": {"treated": 1, "control": 0, "weights": "ipw-logit",
+                      "ipw_logit": {"radius": 0.3, "ridge": ridge}, "sensitivity": sensitivity,
+                      "l1_radius": 5.0},
+    }
+
+
+def _shifted(frame: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
+    out = frame.copy()
+    out["y"] = lo + (hi - lo) * out["y"]
+    return out
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(0.0, 1e-6), (-1e9, 1e9), (1e9, 1e9 + 1e-6)])
+@pytest.mark.parametrize("gamma", [1e-3, 1e6])
+def test_owl_neighbours_at_extreme_scales_exit_alike(tmp_path: Path, lo: float, hi: float,
+                                                     gamma: float) -> None:
+    d = _shifted(_obs_frame(80, 1.0, seed=4), lo, hi)
+    res = run_pair(tmp_path, "owl", _owl_doc(lo, hi, gamma),
+                   [d, _shifted(_neighbour(_obs_frame(80, 1.0, seed=4), 7, 1.0), lo, hi)])
+    assert [r.exit_code for r in res] == [0, 0], [r.output for r in res]
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(0.0, 1e-6), (-1e9, 1e9)])
+@pytest.mark.parametrize(("ridge", "sensitivity"), [(1e-6, "universal"), (1e4, "universal"),
+                                                     (1.0, "method")])
+def test_two_stage_neighbours_at_extreme_scales_exit_alike(tmp_path: Path, lo: float, hi: float,
+                                                           ridge: float, sensitivity: str) -> None:
+    base = _obs_frame(80, 1.0, seed=5)
+    frames = [_shifted(base, lo, hi), _shifted(_neighbour(base, 9, 1.0), lo, hi)]
+    res = run_pair(tmp_path, "two-stage", _two_stage_doc(lo, hi, ridge, sensitivity), frames)
+    assert [r.exit_code for r in res] == [0, 0], [r.output for r in res]
+
+
+def _panel(n_donors: int, t: int, seed: int, lo: float, hi: float) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    base = rng.uniform(size=t)
+    rows = []
+    for u in range(n_donors + 1):
+        # donors 1 and 2 are copies (collinear): a tiny λ would make the Gram matrix singular
+        series = base if u in (1, 2) else rng.uniform(size=t)
+        rows += [{"unit": f"u{u}", "year": 2000 + k, "y": lo + (hi - lo) * v}
+                 for k, v in enumerate(series)]
+    return pd.DataFrame(rows)
+
+
+def _synth_doc(lo: float, hi: float, lam: float | str) -> dict[str, Any]:
+    return {
+        "data": {"path": "unused.csv", "columns": {"unit": "unit", "time": "year", "outcome": "y"}},
+        "bounds": {"outcome": [lo, hi]},
+        "privacy": {"epsilon": 1.0},
+        "output": {"dir": "unused"},
+        "synth_control": {"target": "u0", "treatment_time": 2010, "lambda": lam},
+    }
+
+
+@pytest.mark.parametrize(("lo", "hi", "lam", "code"), [
+    (0.0, 1e-6, "T0", 0), (-1e9, 1e9, "T0", 0), (0.0, 1.0, 1e-30, 2), (0.0, 1.0, 1e6, 0)])
+def test_synth_control_neighbours_at_extreme_scales_exit_alike(
+        tmp_path: Path, lo: float, hi: float, lam: float | str, code: int) -> None:
+    """A λ too small for a Cholesky solve that cannot fail is refused by the plan (from public
+    settings, the same for both neighbours); on the old code the factorisation failed on the
+    collinear donors (exit 1) and would not on a neighbour without them."""
+    d = _panel(4, 14, 1, lo, hi)
+    d2 = d.copy()
+    donor = d2["unit"] == "u3"  # replace one donor's whole series
+    d2.loc[donor, "y"] = lo + (hi - lo) * np.random.default_rng(2).uniform(size=int(donor.sum()))
+    res = run_pair(tmp_path, "synth-control", _synth_doc(lo, hi, lam), [d, d2])
+    assert [r.exit_code for r in res] == [code, code], [r.output for r in res]
+    if code:
+        assert "synth_control.lambda" in res[0].stderr
+
+
+def test_two_stage_stage2_verifies_at_extreme_scales_and_never_refuses(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """At an outcome range of ±1e9 the KKT check of the ℓ₁-ball QP used to fail on the rounding of
+    θ (exit 2, data-dependent); its constraint tolerance now follows the solve's scale, and an
+    unverifiable active set returns the interior-point solution on the ball instead of exiting."""
+    from dpcausal.methods import two_stage_solver as tss
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, size=(80, 4))
+    h, g = tss.sufficient_stats(x, rng.uniform(-2e9, 2e9, 80), np.ones(80))
+    p, c = tss.qp_terms(h, g, 80, 0.5, rng.normal(size=4))
+    sol = tss.solve_l1_ball_qp(p, c, 5.0)
+    assert sol.constraint_active and sol.active_set_iterations < 4 * 4 + 20  # verified
+    monkeypatch.setattr(tss, "_kkt_ok", lambda *a, **k: False)
+    fallback = tss.solve_l1_ball_qp(p, c, 5.0)
+    assert np.abs(fallback.theta).sum() <= 5.0 * (1 + 1e-12)
+    np.testing.assert_allclose(fallback.theta, sol.theta, atol=1e-5)

@@ -121,7 +121,8 @@ def test_learned_nuisances_come_from_partition_sums_not_gathered_rows(
     tmp_path: Path, data: dict[str, Path], regime: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The certified learners on the engine equal the in-memory fits (to float summation order)
-    and the utilities too, while no pass ever returns rows (``map_list`` is never called)."""
+    and the utilities too, while no pass ever returns rows: ``map_list`` (which the learners use
+    to add their per-batch sums exactly rounded) only ever returns fixed-size statistics."""
     from dpcausal.engine import open_engine
     from dpcausal.engine import select_policy as esp
     from dpcausal.engine.local import LocalEngine
@@ -131,10 +132,16 @@ def test_learned_nuisances_come_from_partition_sums_not_gathered_rows(
     from dpcausal.spec.load import load_spec
     from dpcausal.spec.select_policy import SelectPolicySpec
 
-    def refuse(*_: Any, **__: Any) -> Any:
-        raise AssertionError("the engine path gathered rows")
+    real_map_list = LocalEngine.map_list
+    sizes: set[int] = set()
 
-    monkeypatch.setattr(LocalEngine, "map_list", refuse)
+    def statistics_only(self: Any, stat: Any) -> Any:
+        out = real_map_list(self, stat)
+        for item in out:  # the same size for every batch: a statistic, not the batch's rows
+            sizes.add(sum(np.asarray(v).size for v in item))
+        return out
+
+    monkeypatch.setattr(LocalEngine, "map_list", statistics_only)
     spec, _ = load_spec(_spec(tmp_path, data["parts"], regime, engine={"kind": "local",
                                                                         "batch_rows": 1000}),
                      SelectPolicySpec)
@@ -148,3 +155,5 @@ def test_learned_nuisances_come_from_partition_sums_not_gathered_rows(
         utilities = esp.compute_utilities(spec, setup, engine, side)
         assert engine.passes >= 3  # ridge sums, ≥ 1 logistic Newton pass, utilities
     np.testing.assert_allclose(utilities, reference, rtol=1e-10, atol=1e-9)
+    p = setup.fmap.dim  # ridge: 2 arms × (p² + p); logistic: 1 + p + p²
+    assert sizes == {2 * (p * p + p), 1 + p + p * p}

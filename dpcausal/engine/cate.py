@@ -17,12 +17,15 @@ layout or the partition count.
 Sensitivities, unchanged by partitioning because every statistic is an exact sum over the same
 rows and every solve stops at the in-memory certificate:
 
-* DP ridge per arm on D̃: the per-arm sufficient statistics (Σ x̃x̃ᵀ, Σ r x̃) are summed over
-  batches and solved on the client by :func:`~dpcausal.learners.dp_ridge.solve_ridge_arms` with the
-  same gradient check ‖∇F_a‖ ≤ τ, so Δ₂ = 2G/(mλ) + 2√2τ/λ holds.
-* DP logistic on D̃: :func:`~dpcausal.learners.dp_logistic.newton_logistic` (the in-memory Newton)
-  with its gradient/Hessian and line-search objectives from passes; it returns only at
-  ‖∇F‖ ≤ GRAD_TOL with ∇F summed over every D̃ row, else SolverError, so Δ₂ = 2/(mλ) + 2τ/λ holds.
+* DP ridge per arm on D̃: the per-arm sufficient statistics (Σ x̃x̃ᵀ, Σ r x̃) are summed per batch
+  in blocks and over batches exactly rounded (``exact_total`` of ``map_list``: the summation the
+  public accuracy bound assumes, for any partitioning) and solved on the client by
+  :func:`~dpcausal.learners.dp_ridge.solve_ridge_arms`, within the public E of the exact
+  minimiser, so Δ₂ = 2G/(mλ) + 2√2·E holds (no check on the data).
+* DP logistic on D̃: :func:`~dpcausal.learners.dp_logistic.newton_logistic` (the in-memory Newton,
+  and its fallback with a public step budget) with its gradient/Hessian and line-search objectives
+  from passes summed the same way; it returns only where the public certificate accepts, with ∇F
+  summed over every D̃ row, so Δ₂ = 2/(mλ) + 2D holds.
 * Second stage on D: :func:`~dpcausal.engine.cate_rff.solve_rff_engine` stops at
   ‖∇J(w)‖ ≤ setup.grad_tol with ∇J summed from scratch over every D row, so
   Δ = L_w/(λ0 n) + tol/λ0 of :func:`~dpcausal.methods.cate.function_mechanism` holds.
@@ -40,7 +43,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-from scipy.special import expit, log_expit
+from scipy.special import log_expit
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.engine import split
@@ -51,9 +54,11 @@ from dpcausal.learners.dp_logistic import (
     LINE_STEPS,
     PropensityModel,
     armijo_accepts,
+    grad_hess_sums,
     newton_logistic,
 )
 from dpcausal.learners.dp_ridge import OutcomeModel, arm_sums, solve_ridge_arms
+from dpcausal.learners.rounding import block_total, exact_total
 from dpcausal.methods.base import Release
 from dpcausal.methods.cate import (
     build_release,
@@ -132,15 +137,14 @@ def logistic_pass(part: NuisancePart, start: int, *, theta: FloatArray, step: Fl
     """(Σ (σ − a)x̃, Σ σ(1 − σ)x̃x̃ᵀ) at θ − step (θ when ``step`` is None), and the loss sums
     Σ ℓ at θ − t·step for t in ``LINE_STEPS`` (at θ when ``step`` is None)."""
     xt, a, _ = part
-    d = theta.size
-    k = 1 if step is None else LINE_STEPS.size
-    if xt.shape[0] == 0:
-        return np.zeros(d), np.zeros((d, d)), np.zeros(k)
     at = theta if step is None else theta - step
-    p = expit(xt @ at)
-    grad, hess = xt.T @ (p - a), (xt * (p * (1 - p))[:, None]).T @ xt
     cands = theta[:, None] if step is None else theta[:, None] - step[:, None] * LINE_STEPS[None, :]
-    return grad, hess, _logistic_loss(xt @ cands, a)
+
+    def block(rows: slice) -> tuple[FloatArray, FloatArray, FloatArray]:
+        grad, hess = grad_hess_sums(xt[rows], a[rows], at)
+        return grad, hess, _logistic_loss(xt[rows] @ cands, a[rows])
+
+    return block_total(block, xt.shape[0])
 
 
 def fit_propensity(engine: Engine, m: int, d: int, l2: float,
@@ -152,12 +156,14 @@ def fit_propensity(engine: Engine, m: int, d: int, l2: float,
     def grad_hess(theta: FloatArray) -> tuple[FloatArray, FloatArray]:
         if "theta" in full and np.array_equal(full["theta"], theta):
             return full["grad"], full["hess"]  # computed with the accepted full step
-        g, h, _ = engine.map_sum(functools.partial(logistic_pass, theta=theta, step=None))
+        g, h, _ = exact_total(engine.map_list(
+            functools.partial(logistic_pass, theta=theta, step=None)))
         return g, h
 
     def line_search(theta: FloatArray, step: FloatArray, val: float, slope: float
                     ) -> tuple[FloatArray, float]:
-        g, h, losses = engine.map_sum(functools.partial(logistic_pass, theta=theta, step=step))
+        g, h, losses = exact_total(engine.map_list(
+            functools.partial(logistic_pass, theta=theta, step=step)))
         full.clear()
         for k, t in enumerate(LINE_STEPS):
             cand = theta - t * step
@@ -169,8 +175,8 @@ def fit_propensity(engine: Engine, m: int, d: int, l2: float,
         return cand, cval
 
     zero = np.zeros(d)
-    g0, h0, loss0 = first if first is not None else engine.map_sum(
-        functools.partial(logistic_pass, theta=zero, step=None))
+    g0, h0, loss0 = first if first is not None else exact_total(engine.map_list(
+        functools.partial(logistic_pass, theta=zero, step=None)))
     full.update(theta=zero, grad=g0, hess=h0)
     return newton_logistic(grad_hess, line_search, d=d, m=m, l2=l2, val=float(loss0[0]) / m)
 
@@ -182,7 +188,8 @@ def fit_nuisances(spec: CateSpec, setup: CateSetup, engine: Engine,
     prop_l, out_l = nuisance_learners(spec, setup)
     d = setup.box.dim
     engine.load(functools.partial(prepare_nuisance, spec, setup, bits))
-    grams, rhs, first = engine.map_sum(functools.partial(first_pass, center=out_l.center, d=d))
+    grams, rhs, first = exact_total(engine.map_list(
+        functools.partial(first_pass, center=out_l.center, d=d)))
     theta_e = fit_propensity(engine, setup.n_nuisance, d, prop_l.l2, first)
     theta_mu = solve_ridge_arms(grams, rhs, setup.n_nuisance, out_l.l2)
     prop = prop_l.release(theta_e, clip=setup.kappa, noise_rng=noise_rng)

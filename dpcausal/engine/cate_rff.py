@@ -159,7 +159,7 @@ def solve_rff_engine(engine: Engine, feats: FourierFeatures, *, n: int, lam0: fl
                 functools.partial(stat, w=cand_w, w_in=w, step=None))
         w, val = cand_w, cval
     raise SolverError(
-        f"the random-feature second stage stopped at gradient norm {gnorm:.3g} > {grad_tol:.3g} "
+        f"the random-feature second stage did not reach its gradient tolerance {grad_tol:.3g} "
         "on the engine; raise cate.ridge or cate.huber_c, or report this as a bug")
 
 

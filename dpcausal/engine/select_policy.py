@@ -6,9 +6,10 @@ covariates are clipped by the learners' feature map) before it enters a sum. Reg
 the public split is :func:`~dpcausal.methods.select_policy.split_indices` of the global row index
 (file order), so it does not depend on the partitioning. The certified learners are fit from sums
 over the nuisance rows of every partition — the ridge from its per-arm sufficient statistics (one
-pass), the logistic by Newton with one loss/gradient/Hessian pass per step — with the same stopping
-certificate ‖∇F‖ ≤ τ as in memory, so the stability bounds β_μ, β_e and Δ_cert hold unchanged and
-no nuisance row is held on the client. Each scoring partition then returns its vector of
+pass), the logistic by Newton with one loss/gradient/Hessian pass per step — with the batch sums
+added exactly rounded (the summation the public accuracy bounds assume) and the same certificate
+as in memory, so the stability bounds β_μ, β_e and Δ_cert hold unchanged and no nuisance row is
+held on the client. Each scoring partition then returns its vector of
 per-policy DR score sums. The exponential mechanism (and the
 optional Laplace value release) draws its noise once, on the client.
 """
@@ -29,6 +30,7 @@ from dpcausal.errors import DataError, SpecError
 from dpcausal.io.tables import numeric_column
 from dpcausal.learners import CertifiedLogistic, CertifiedRidge, UnitBoxFeatures
 from dpcausal.learners.logistic import logistic_sums
+from dpcausal.learners.rounding import exact_total
 from dpcausal.methods.base import Release
 from dpcausal.methods.select_policy import (
     Setup,
@@ -121,11 +123,14 @@ def fit_nuisance_engine(spec: SelectPolicySpec, setup: Setup, engine: Engine) ->
     assert setup.mu_bounds is not None
     ridge = CertifiedRidge(sec.lambda_mu, setup.y_bounds, setup.mu_bounds, sec.solver_tol)
     logistic = CertifiedLogistic(sec.lambda_e, sec.zeta, sec.solver_tol)
-    grams, rhs = engine.map_sum(functools.partial(ridge_sums, fmap=fmap, ridge=ridge))
+    # per-batch block sums added exactly rounded: the summation the public accuracy bounds assume
+    grams, rhs = exact_total(engine.map_list(
+        functools.partial(ridge_sums, fmap=fmap, ridge=ridge)))
     outcome = ridge.solve(grams, rhs, m=setup.m)
 
     def sums(theta: FloatArray) -> tuple[float, FloatArray, FloatArray]:
-        return engine.map_sum(functools.partial(logistic_batch_sums, fmap=fmap, theta=theta))
+        return exact_total(engine.map_list(
+            functools.partial(logistic_batch_sums, fmap=fmap, theta=theta)))
 
     propensity = logistic.solve(sums, m=setup.m, p=fmap.dim)
     return Nuisance(fmap, outcome, propensity)

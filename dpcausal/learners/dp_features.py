@@ -37,6 +37,14 @@ class BoxFeatures:
         return (np.clip(arr, self.lo, self.hi) - self.lo) / (self.hi - self.lo)
 
     def transform(self, x: npt.ArrayLike) -> FloatArray:
-        """x̃ for every row of ``x``."""
+        """x̃ for every row of ``x``.
+
+        The factor 1/√(q + 1) is shrunk by 8u (u = 2⁻⁵³) so that every computed coordinate is
+        ≤ 1/√(q + 1) despite rounding: ‖x̃‖ ≤ 1 holds exactly for the floats the learners use."""
         s = self.unit(x)
-        return np.column_stack([np.ones(s.shape[0]), s]) / math.sqrt(self.dim)
+        return np.column_stack([np.ones(s.shape[0]), s]) * self.scale
+
+    @property
+    def scale(self) -> float:
+        """(1 − 8u)/√(q + 1), rounded down past any rounding of the division."""
+        return 1.0 / math.sqrt(self.dim) * (1.0 - 8.0 * 2.0**-53)

@@ -9,13 +9,16 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import expit, log_expit
 
-from dpcausal.errors import SolverError
 from dpcausal.learners.dp_features import BoxFeatures
+from dpcausal.learners.rounding import LogisticAccuracy, block_total, damped_newton
 from dpcausal.mechanisms import GaussianMechanism
 
 FloatArray = npt.NDArray[np.float64]
 GRAD_TOL = 1e-10
-"""Newton stops at ‖∇F‖ ≤ τ; the solution is then within τ/λ of the exact minimiser."""
+"""The requested stopping tolerance on ‖∇F‖, raised to 4× the public rounding allowance when it is
+below it (:class:`~dpcausal.learners.rounding.LogisticAccuracy`)."""
+MAX_ITER = 200
+"""Armijo Newton steps before the damped Newton fallback (whose budget is public)."""
 
 
 @dataclass(frozen=True)
@@ -47,42 +50,45 @@ def armijo_accepts(cval: float, val: float, t: float, slope: float) -> bool:
     return cval <= val - 1e-4 * t * slope + slack or t < 1e-10
 
 
-def newton_logistic(grad_hess: GradHess, line_search: LineSearch, *, d: int, m: int, l2: float,
-                    val: float, grad_tol: float = GRAD_TOL) -> FloatArray:
-    """Damped Newton from θ = 0 to ‖∇F‖ ≤ ``grad_tol``, with the data sums supplied by callbacks
-    (in memory, or over an engine's passes): the same iterates and the same stopping certificate.
+def grad_hess_sums(xt: FloatArray, a: FloatArray, theta: FloatArray
+                   ) -> tuple[FloatArray, FloatArray]:
+    """(Σ (σ(θᵀx̃_i) − A_i) x̃_i, Σ σ(1 − σ) x̃_i x̃_iᵀ) over the rows of one block."""
+    p = expit(xt @ theta)
+    return xt.T @ (p - a), (xt * (p * (1 - p))[:, None]).T @ xt
 
-    Raises
-    ------
-    SolverError
-        When ‖∇F‖ ≤ ``grad_tol`` is not reached (the sensitivity assumes it).
+
+def accuracy(m: int, d: int, l2: float) -> LogisticAccuracy:
+    """The public certificate of the DP logistic solve on m rows of box features (‖x̃‖ ≤ 1)."""
+    return LogisticAccuracy(m, d, 1.0, l2, GRAD_TOL)
+
+
+def newton_logistic(grad_hess: GradHess, line_search: LineSearch, *, d: int, m: int, l2: float,
+                    val: float) -> FloatArray:
+    """Damped (Armijo) Newton from θ = 0 until the public certificate ``accuracy(m, d, l2)``
+    accepts, with the data sums supplied by callbacks (in memory, or over an engine's passes): the
+    same iterates and the same certificate. If it has not accepted after ``MAX_ITER`` steps, the
+    damped Newton fallback with a public step budget (:func:`~dpcausal.learners.rounding.
+    damped_newton`) finishes the solve: no refusal depends on the data.
     """
+    acc = accuracy(m, d, l2)
     theta = np.zeros(d)
-    for _ in range(200):
+    for _ in range(MAX_ITER):
         g_sum, h_sum = grad_hess(theta)
         grad = g_sum / m + l2 * theta
-        if float(np.linalg.norm(grad)) <= grad_tol:
+        if acc.accepts(theta, grad):
             return theta
         hess = h_sum / m + l2 * np.eye(d)
         step = np.asarray(np.linalg.solve(hess, grad), dtype=np.float64)
         theta, val = line_search(theta, step, val, float(grad @ step))
     g_sum, _ = grad_hess(theta)
-    gnorm = float(np.linalg.norm(g_sum / m + l2 * theta))
-    if gnorm <= grad_tol:
+    if acc.accepts(theta, g_sum / m + l2 * theta):
         return theta
-    raise SolverError(f"the DP logistic propensity solve stopped at gradient norm {gnorm:.3g} > "
-                      f"{grad_tol:.3g}; raise cate.nuisance.propensity_l2")
+    return damped_newton(grad_hess, acc)
 
 
-def fit_logistic(xt: FloatArray, a: FloatArray, l2: float, *, grad_tol: float = GRAD_TOL
-                 ) -> FloatArray:
-    """θ̂ = argmin (1/m) Σ [log(1 + e^{θᵀx̃}) − A θᵀx̃] + (l2/2)‖θ‖² by damped Newton.
-
-    Raises
-    ------
-    SolverError
-        When ‖∇F‖ ≤ ``grad_tol`` is not reached (the sensitivity assumes it).
-    """
+def fit_logistic(xt: FloatArray, a: FloatArray, l2: float) -> FloatArray:
+    """θ̂ = argmin (1/m) Σ [log(1 + e^{θᵀx̃}) − A θᵀx̃] + (l2/2)‖θ‖² by damped Newton, to the
+    public certificate of :func:`accuracy`."""
     m, d = xt.shape
 
     def obj(t: FloatArray) -> float:
@@ -91,8 +97,7 @@ def fit_logistic(xt: FloatArray, a: FloatArray, l2: float, *, grad_tol: float = 
         return float(loss.mean()) + 0.5 * l2 * float(t @ t)
 
     def grad_hess(theta: FloatArray) -> tuple[FloatArray, FloatArray]:
-        p = expit(xt @ theta)
-        return xt.T @ (p - a), (xt * (p * (1 - p))[:, None]).T @ xt
+        return block_total(lambda rows: grad_hess_sums(xt[rows], a[rows], theta), m)
 
     def line_search(theta: FloatArray, step: FloatArray, val: float, slope: float
                     ) -> tuple[FloatArray, float]:
@@ -103,8 +108,7 @@ def fit_logistic(xt: FloatArray, a: FloatArray, l2: float, *, grad_tol: float = 
                 break
         return cand, cval
 
-    return newton_logistic(grad_hess, line_search, d=d, m=m, l2=l2, val=obj(np.zeros(d)),
-                           grad_tol=grad_tol)
+    return newton_logistic(grad_hess, line_search, d=d, m=m, l2=l2, val=obj(np.zeros(d)))
 
 
 @dataclass(frozen=True)
@@ -116,8 +120,11 @@ class DPLogistic:
     Neighbouring relation: replace one of the m training records (m public).
     Sensitivity: F(θ) = (1/m)Σ ℓ(θ; x̃_i, A_i) + (λ/2)‖θ‖² is λ-strongly convex and each record's
     gradient (σ(θᵀx̃) − A)x̃ has norm ≤ ‖x̃‖ ≤ 1 (box features), so replacing one record moves the
-    exact minimiser by ≤ 2/(mλ) (Chaudhuri, Monteleoni & Sarwate 2011, Cor. 8). The solver stops at
-    ‖∇F‖ ≤ τ, within τ/λ of the exact minimiser, so Δ₂ = 2/(mλ) + 2τ/λ.
+    exact minimiser by ≤ 2/(mλ) (Chaudhuri, Monteleoni & Sarwate 2011, Cor. 8). The solver stops
+    where the public certificate accepts (:class:`~dpcausal.learners.rounding.LogisticAccuracy`:
+    computed ‖∇F‖ ≤ τ, τ ≥ 4× the rounding allowance ε_g), within D = (τ + ε_g)/λ of the exact
+    minimiser, so Δ₂ = 2/(mλ) + 2D. No data-dependent refusal: a fallback with a public step
+    budget finishes any solve the fast Newton does not.
     Guarantee: (ε, δ)-DP for θ by the analytic Gaussian mechanism; π̂ (any query, any clipping) is
     post-processing of θ.
     """
@@ -130,9 +137,18 @@ class DPLogistic:
     stage: str = "cate.nuisance.propensity"
 
     @property
+    def accuracy(self) -> LogisticAccuracy:
+        """The public certificate of the solve."""
+        return accuracy(self.m, self.features.dim, self.l2)
+
+    def problem(self) -> str | None:
+        """Why the solve cannot be guaranteed at these public settings, or None (plan time)."""
+        return self.accuracy.problem()
+
+    @property
     def sensitivity(self) -> float:
-        """Δ₂(θ̂) = 2/(mλ) + 2τ/λ."""
-        return 2.0 / (self.m * self.l2) + 2.0 * GRAD_TOL / self.l2
+        """Δ₂(θ̂) = 2/(mλ) + 2D, D = (τ + ε_g)/λ the certified distance to the exact minimiser."""
+        return 2.0 / (self.m * self.l2) + 2.0 * self.accuracy.distance
 
     def mechanism(self) -> GaussianMechanism:
         """The output perturbation of θ̂."""
@@ -151,6 +167,6 @@ class DPLogistic:
 
     def release(self, theta_hat: FloatArray, *, clip: float,
                 noise_rng: np.random.Generator) -> PropensityModel:
-        """Perturb a certified θ̂ (‖∇F(θ̂)‖ ≤ GRAD_TOL on the m records) once: the DP model."""
+        """Perturb a certified θ̂ (accepted by ``accuracy`` on the m records) once: the DP model."""
         theta = self.mechanism().release(theta_hat, rng=noise_rng)
         return PropensityModel(self.features, theta, clip)

@@ -8,13 +8,17 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from dpcausal.errors import SolverError
 from dpcausal.learners.dp_features import BoxFeatures
+from dpcausal.learners.rounding import (
+    block_total,
+    effective_half_range,
+    ridge_error,
+    ridge_problem,
+    solve_spd,
+)
 from dpcausal.mechanisms import GaussianMechanism
 
 FloatArray = npt.NDArray[np.float64]
-GRAD_TOL = 1e-9
-"""The closed-form solve is checked to ‖∇F_a‖ ≤ τ (within τ/λ of the exact minimiser)."""
 
 
 @dataclass(frozen=True)
@@ -33,37 +37,33 @@ class OutcomeModel:
 
 def arm_sums(xt: FloatArray, a: FloatArray, r: FloatArray) -> tuple[FloatArray, FloatArray]:
     """The sufficient statistics per arm: (Σ_{A_i=a} x̃_i x̃_iᵀ, Σ_{A_i=a} r_i x̃_i), shapes (2, d, d)
-    and (2, d). Sums over disjoint row sets add up to the sums over their union."""
+    and (2, d), summed in blocks added exactly rounded (``block_total``: the accuracy
+    ``ridge_error`` assumes). Sums over disjoint row sets (an engine's batches) add up — exactly
+    rounded, by ``exact_total`` — to the sums over their union."""
     d = xt.shape[1]
-    grams, rhs = np.empty((2, d, d)), np.empty((2, d))
-    for arm in (0, 1):
-        w = (a == arm).astype(np.float64)
-        grams[arm] = (xt * w[:, None]).T @ xt
-        rhs[arm] = xt.T @ (w * r)
-    return grams, rhs
+
+    def block(rows: slice) -> tuple[FloatArray, FloatArray]:
+        grams, rhs = np.empty((2, d, d)), np.empty((2, d))
+        xb, ab, rb = xt[rows], a[rows], r[rows]
+        for arm in (0, 1):
+            w = (ab == arm).astype(np.float64)
+            grams[arm] = (xb * w[:, None]).T @ xb
+            rhs[arm] = xb.T @ (w * rb)
+        return grams, rhs
+
+    return block_total(block, xt.shape[0])
 
 
 def solve_ridge_arms(grams: FloatArray, rhs: FloatArray, m: int, l2: float) -> FloatArray:
-    """θ̂_a from the per-arm sums of :func:`arm_sums` over the m records, each checked to
-    ‖∇F_a(θ̂_a)‖ ≤ GRAD_TOL (the sensitivity assumes it).
-
-    Raises
-    ------
-    SolverError
-        When an arm's gradient check fails.
+    """θ̂_a from the per-arm sums of :func:`arm_sums` over the m records: one Cholesky solve per
+    arm, whose error is bounded a priori by :func:`~dpcausal.learners.rounding.ridge_error` (a
+    public function folded into the sensitivity), so nothing is checked on the data and nothing
+    can refuse (the plan has excluded penalties too small for float64: ``DPRidgeArms.problem``).
     """
     d = rhs.shape[1]
     out = np.empty((2, d))
     for arm in (0, 1):
-        gram = grams[arm] / m + l2 * np.eye(d)
-        b = rhs[arm] / m
-        theta = np.linalg.solve(gram, b)
-        grad = gram @ theta - b
-        gnorm = float(np.linalg.norm(grad))
-        if gnorm > GRAD_TOL:
-            raise SolverError(f"the DP ridge solve for arm {arm} reached gradient norm {gnorm:.3g} > "
-                              f"{GRAD_TOL:.3g}; raise cate.nuisance.outcome_l2")
-        out[arm] = theta
+        out[arm] = solve_spd(grams[arm] / m + l2 * np.eye(d), rhs[arm] / m)
     return out
 
 
@@ -85,8 +85,10 @@ class DPRidgeArms:
     (θᵀx̃ − r)x̃ has norm ≤ G = h(1 + 1/√λ). F_a is λ-strongly convex, so a record that stays in arm a
     moves θ̂_a by ≤ 2G/(mλ) and the other arm not at all; a record that switches arm moves each of
     θ̂₀, θ̂₁ by ≤ G/(mλ), jointly ≤ √2·G/(mλ). Hence the stacked (θ̂₀, θ̂₁) has ℓ2 sensitivity
-    ≤ 2G/(mλ) (one mechanism covers both arms; no per-arm budget split, spec P3). The solve is
-    checked to ‖∇F_a‖ ≤ τ, adding 2√2τ/λ.
+    ≤ 2G/(mλ) (one mechanism covers both arms; no per-arm budget split, spec P3). h is the
+    centred outcome as computed (``effective_half_range``: the rounding of the centre is
+    included). Each arm's computed solution is within the public E = ``ridge_error`` of its exact
+    minimiser (no data-dependent check: issue #13), adding 2√2·E.
     Guarantee: (ε, δ)-DP for (θ₀, θ₁) by the analytic Gaussian mechanism; μ̂ is post-processing.
     """
 
@@ -105,14 +107,23 @@ class DPRidgeArms:
 
     @property
     def half_range(self) -> float:
-        """h = (y_hi − y_lo)/2."""
-        return 0.5 * (self.y_bounds[1] - self.y_bounds[0])
+        """h ≥ |clip(y) − c| as computed (the rounding of c included)."""
+        return effective_half_range(*self.y_bounds)
+
+    @property
+    def solve_error(self) -> float:
+        """E: the public bound on each arm's ‖θ̂_a − θ*_a‖ (rounding of the sums and the solve)."""
+        return ridge_error(self.features.dim, 1.0, self.half_range, self.l2)
+
+    def problem(self) -> str | None:
+        """Why the solve's accuracy cannot be guaranteed at these public settings, or None."""
+        return ridge_problem(self.features.dim, 1.0, self.l2)
 
     @property
     def sensitivity(self) -> float:
-        """Δ₂ = 2G/(mλ) + 2√2τ/λ with G = h(1 + 1/√λ)."""
+        """Δ₂ = 2G/(mλ) + 2√2·E with G = h(1 + 1/√λ)."""
         g = self.half_range * (1.0 + 1.0 / math.sqrt(self.l2))
-        return 2.0 * g / (self.m * self.l2) + 2.0 * math.sqrt(2.0) * GRAD_TOL / self.l2
+        return 2.0 * g / (self.m * self.l2) + 2.0 * math.sqrt(2.0) * self.solve_error
 
     def mechanism(self) -> GaussianMechanism:
         """The output perturbation of the stacked (θ̂₀, θ̂₁)."""
@@ -138,6 +149,6 @@ class DPRidgeArms:
         return np.clip(y, *self.y_bounds) - self.center
 
     def release(self, theta_hat: FloatArray, *, noise_rng: np.random.Generator) -> OutcomeModel:
-        """Perturb a checked (θ̂₀, θ̂₁) once: the DP outcome models."""
+        """Perturb the solved (θ̂₀, θ̂₁) once: the DP outcome models."""
         noised = self.mechanism().release(theta_hat.ravel(), rng=noise_rng)
         return self.model(noised)

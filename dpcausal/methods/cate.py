@@ -194,6 +194,9 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
     queries = query_points(spec, setup, side)
     d = len(queries)
     prop, out = nuisance_learners(spec, setup)
+    for field, problem in (("propensity_l2", prop.problem()), ("outcome_l2", out.problem())):
+        if problem is not None:  # public settings only: refused before any row is read
+            raise SpecError(f"cate.nuisance.{field}: {problem}; raise it")
     events = [_tag(prop.mechanism().event(), NUISANCE_PART),
               _tag(out.mechanism().event(), NUISANCE_PART)]
     query_source: dict[str, Any] = (

@@ -149,8 +149,8 @@ def fit_krr(s: FloatArray, rho: FloatArray, phi: FloatArray, *, bandwidth: float
         if gnorm <= grad_tol:
             return KrrFit(alpha, s, bandwidth, gnorm, it)
     raise SolverError(
-        f"the second-stage kernel ridge solve stopped at RKHS gradient norm {gnorm:.3g} > "
-        f"{grad_tol:.3g} after {max_iter} iterations, so its sensitivity bound would not hold; "
+        f"the second-stage kernel ridge solve did not reach its RKHS gradient tolerance "
+        f"{grad_tol:.3g} within {max_iter} iterations, so its sensitivity bound would not hold; "
         "raise cate.ridge or cate.huber_c, or report this as a bug")
 
 

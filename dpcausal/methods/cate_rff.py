@@ -242,7 +242,7 @@ def solve_streaming(make: Callable[[int, int], FloatArray], n: int, p: int, rho:
         else:
             stats, _ = _pass(blocks, f, rho, phi, huber_c, inside_prev, None)
     raise SolverError(
-        f"the random-feature second stage stopped at gradient norm {gnorm:.3g} > {grad_tol:.3g}; "
+        f"the random-feature second stage did not reach its gradient tolerance {grad_tol:.3g}; "
         "raise cate.ridge or cate.huber_c, or report this as a bug")
 
 

@@ -142,6 +142,9 @@ def build_setup(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any]) -> Se
         )
     ridge = CertifiedRidge(sec.lambda_mu, y_bounds, mu_bounds, sec.solver_tol)  # type: ignore[arg-type]
     logistic = CertifiedLogistic(sec.lambda_e, sec.zeta, sec.solver_tol)
+    for field, problem in (("lambda_mu", ridge.problem(d)), ("lambda_e", logistic.problem(m, d))):
+        if problem is not None:  # public settings only: refused before any row is read
+            raise SpecError(f"select_policy.{field}: {problem}; raise it")
     if sec.certificate == "erm":
         beta_mu, beta_e = ridge.beta(m, d), logistic.beta(m, d)
     else:

@@ -96,8 +96,8 @@ def frozen_nuisance(doc: Any, fmap: UnitBoxFeatures, *, mu_bounds: tuple[float, 
             raise ValueError("outcome.center must be finite")
     except (KeyError, TypeError, ValueError) as exc:
         raise SpecError(f"{path}: not a valid nuisance model file ({exc})") from exc
-    outcome = RidgeFit(np.vstack([th0, th1]), center, mu_bounds, (0.0, 0.0))
-    return Nuisance(fmap, outcome, LogisticFit(the, zeta, 0.0))
+    outcome = RidgeFit(np.vstack([th0, th1]), center, mu_bounds)
+    return Nuisance(fmap, outcome, LogisticFit(the, zeta))
 
 
 def _chunks(n: int, size: int) -> Iterator[slice]:

@@ -15,6 +15,7 @@ import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.errors import DataError, SpecError, UncertifiedModeError
+from dpcausal.learners.rounding import cholesky_completes, gamma
 from dpcausal.methods import synth_control_core as core
 from dpcausal.methods.base import MethodDef, Release, SideInput
 from dpcausal.methods.synth_control_panel import (
@@ -57,6 +58,17 @@ def _lambda(spec: SynthControlSpec, t0: int) -> tuple[float, str]:
     return float(lam), "spec"
 
 
+def _check_lambda(lam: float, n: int, t0: int) -> None:
+    """Refuse, before any value is read, a λ so small that the Cholesky solve of the ridge
+    (X_preX_preᵀ + (λ/2)I, entries of X in [−1, 1], norm ≤ nT0) could fail on the data: a failed
+    factorisation would be an exit that depends on the data (issue #13)."""
+    p = min(n, t0)
+    slack = gamma(max(n, t0) + 1) * n * t0  # rounding of the computed Gram matrix
+    if not cholesky_completes(p, n * t0 + lam / 2.0 + slack, lam / 2.0 - slack):
+        raise SpecError(f"synth_control.lambda: {lam:g} is too small for a float64 ridge solve on "
+                        f"{n} donors and {t0} pre-periods that cannot fail; raise it (default T0)")
+
+
 def _check_mode(spec: SynthControlSpec) -> None:
     sec = spec.synth_control
     if sec.method == "obj" and not sec.allow_uncertified:
@@ -79,6 +91,7 @@ def plan(spec: SynthControlSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
     layout = build_layout(spec, side["panel"], spec.data.path)
     n, t0, h = layout.n, layout.t0, layout.h
     lam, lam_rule = _lambda(spec, t0)
+    _check_lambda(lam, n, t0)
     eps = spec.privacy.epsilon
     eps1 = sec.epsilon_split * eps
     eps2 = eps - eps1

@@ -25,6 +25,8 @@ from dpcausal.errors import (
     UncertifiedModeError,
 )
 from dpcausal.io.tables import same_file
+from dpcausal.learners.rounding import cholesky_completes
+from dpcausal.learners.rounding import gamma as rounding_gamma
 from dpcausal.mechanisms import L2LaplaceMechanism
 from dpcausal.mechanisms.gaussian_vector import GaussianNoiseVector
 from dpcausal.methods import two_stage_weights as wts
@@ -269,6 +271,12 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
             f"two_stage.gamma: {sec.gamma:g} is below γ_required = {cal.gamma_required:.6g} for "
             f"ε = {spec.privacy.epsilon:g} and n = {n_rows}; raise it or omit it (default γ_required)"
         )
+    # P = (2/n)H + γI, ‖(2/n)H‖ ≤ 2 (Σw = n, ‖x‖ ≤ 1): a factorisation that could fail on the data
+    # would be an exit that depends on it, so a γ too small for float64 is refused here (public)
+    slack = 2.0 * rounding_gamma(n_rows + 2)
+    if not cholesky_completes(dim, 2.0 + gamma + slack, gamma - slack):
+        raise SpecError(f"two_stage.gamma: γ = {gamma:.3g} is too small for a float64 stage-2 solve "
+                        f"with {dim} features that cannot fail; raise two_stage.gamma (or lower ε)")
     mech = mechanism(spec, cal, dim)
     base = mech.event()
     rho = noise_to_signal(cal, n_rows)

@@ -102,8 +102,8 @@ def _ball_newton(fun, x0: FloatArray, radius: float, *, what: str,
         if gnorm <= 1e3 * GRAD_TOL * max(1.0, float(np.abs(hess).max())):
             return x
         raise SolverError(
-            f"stage-1 {what} solve did not converge (gradient norm {gnorm:.3g}); no release was "
-            "made. Try a larger ridge, or report this as a bug"
+            f"stage-1 {what} solve did not converge; no release was made. Try a larger ridge, "
+            "or report this as a bug"
         )
 
     try:
