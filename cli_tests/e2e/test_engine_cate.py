@@ -45,8 +45,10 @@ def _spec(tmp: Path, data: Path, *, engine: dict[str, Any] | None = None, ledger
         "bounds": {"outcome": [-1.0, 9.0], "covariates": [0.0, 1.0]},
         "privacy": {"epsilon": 3.0, "delta": 1e-6},
         "output": {"dir": str(tmp / "out")},
+        # a seeded split: engine and memory releases are compared with the same test noise
         "cate": {"features": "rff", "rff_dim": 30, "bandwidth": 0.5, "plot": False,
-                 "grid": {"vary": ["x0"], "points": 21, "fixed": {"x1": 0.5}}, **cate},
+                 "grid": {"vary": ["x0"], "points": 21, "fixed": {"x1": 0.5}},
+                 "split": {"kind": "seeded", "seed": 0}, **cate},
     }
     if engine is not None:
         doc["engine"] = engine

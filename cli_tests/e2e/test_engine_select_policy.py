@@ -43,7 +43,7 @@ BASE = yaml.safe_load((REPO / "configs" / "select_policy.yaml").read_text())
 
 REGIMES = {
     "learned-index": {"split": {"kind": "index"}},
-    "learned-permute": {"split": {"kind": "permute", "seed": 5}},
+    "learned-seeded": {"split": {"kind": "seeded", "seed": 5}},
     "frozen": {"regime": "frozen",
                "frozen_model": str(REPO / "sample_data" / "select_policy_nuisance.json")},
     "fixed": {"regime": "fixed", "fixed_scores": {"treated": "q1", "control": "q0", "bound": 2.0}},
@@ -116,7 +116,7 @@ def test_worker_failure_leaves_no_receipt_and_no_ledger_entry(
     assert not ledger.exists() or ledger.read_text().strip() == ""
 
 
-@pytest.mark.parametrize("regime", ["learned-index", "learned-permute"])
+@pytest.mark.parametrize("regime", ["learned-index", "learned-seeded"])
 def test_learned_nuisances_come_from_partition_sums_not_gathered_rows(
     tmp_path: Path, data: dict[str, Path], regime: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -97,6 +97,7 @@ def test_huge_epsilon_selects_the_argmax_utility(workdir: Path) -> None:
     def mutate(d: dict[str, Any]) -> None:
         d["privacy"]["epsilon"] = 1e9
         d.pop("ledger")
+        d["select_policy"]["split"] = {"kind": "index"}  # the same blocks in every run
 
     spec_path = write_spec(workdir / "s.yaml", mutate)
     spec = SelectPolicySpec.model_validate(yaml.safe_load(spec_path.read_text()))
@@ -178,15 +179,22 @@ def test_fixed_regime_and_value_release_and_paper160(workdir: Path) -> None:
     assert "user-asserted" in receipt["neighbouring"]["protected"]
 
 
-def test_permuted_split_and_trivial_certificate(workdir: Path) -> None:
+def test_seeded_split_and_trivial_certificate(workdir: Path) -> None:
     def mutate(d: dict[str, Any]) -> None:
-        d["select_policy"].update(split={"kind": "permute", "seed": 11}, certificate="trivial")
+        d["select_policy"].update(split={"kind": "seeded", "seed": 11}, certificate="trivial")
 
     res = invoke([CMD, "--spec", write_spec(workdir / "p.yaml", mutate), "--json"])
     assert res.exit_code == 0, res.output
     receipt = json.loads(res.stdout)
     assert receipt["events"][0]["sensitivity"] == pytest.approx(1500 * 22.0)
     assert receipt["assumptions"]["split"]["seed"] == 11
+    # a positional split states what it assumes about the row order, in the receipt
+    assert "independent of the data" in receipt["assumptions"]["split"]["assumption"]
+    assert "assumed independent" in receipt["neighbouring"]["row_order"]
+    default = invoke([CMD, "--spec", write_spec(workdir / "r.yaml"), "--json", "--dry-run"])
+    plan = json.loads(default.stdout)
+    assert plan["assumptions"]["split"]["kind"] == "random"
+    assert "multisets" in plan["neighbouring"]["row_order"]
 
 
 def test_output_minimality_between_neighbours(workdir: Path) -> None:

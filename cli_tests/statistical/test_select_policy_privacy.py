@@ -123,7 +123,9 @@ def test_nearest_neighbour_spillover(n: int, eps: float, golden: float, violates
 
 # ------------------------------------------------- certified learners through the real code path
 def spec_for(n_rows: int, **section: Any) -> SelectPolicySpec:
-    sec = {"treated": 1, "control": 0, "library": {"generator": "paper160", "seed": 7}}
+    # index split: these tests place the anchor in the first m rows (the nuisance block)
+    sec = {"treated": 1, "control": 0, "library": {"generator": "paper160", "seed": 7},
+           "split": {"kind": "index"}}
     sec.update(section)
     return SelectPolicySpec.model_validate({
         "data": {"columns": {"outcome": "Y", "treatment": "A", "covariates": NAMES}},

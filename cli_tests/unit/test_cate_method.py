@@ -41,7 +41,9 @@ def make_spec(**cate_over: Any) -> CateSpec:
                  "columns": {"outcome": "Y", "treatment": "A", "covariates": ["x0", "x1"]}},
         "bounds": {"outcome": [-1.0, 9.0], "covariates": [0.0, 1.0]},
         "privacy": {"epsilon": 1.0, "delta": 1e-6},
-        "cate": {"grid": {"vary": ["x0"], "points": 21, "fixed": {"x1": 0.5}}},
+        # seeded: releases are compared with references and across runs (the default is secret)
+        "cate": {"grid": {"vary": ["x0"], "points": 21, "fixed": {"x1": 0.5}},
+                 "split": {"kind": "seeded", "seed": 0}},
     }
     privacy = cate_over.pop("privacy", None)
     if privacy:
@@ -110,8 +112,8 @@ def test_huber_krr_is_the_exact_minimiser() -> None:
 def _reference_tau(frame: pd.DataFrame, spec: CateSpec, grid: np.ndarray) -> np.ndarray:
     """An independent R/DR-learner: sklearn nuisances on D̃, sklearn KernelRidge on D."""
     setup = build_setup(spec, len(frame))
-    perm = np.random.default_rng(spec.cate.split_seed).permutation(len(frame))
-    d1, d2 = frame.iloc[perm[: setup.n_nuisance]], frame.iloc[perm[setup.n_nuisance:]]
+    first, second = cate.halves(spec, setup)
+    d1, d2 = frame.iloc[first], frame.iloc[second]
     box = setup.box
     nu = spec.cate.nuisance
     m = setup.n_nuisance

@@ -119,14 +119,14 @@ def test_nuisance_passes_equal_the_in_memory_learners() -> None:
 def test_the_split_is_the_in_memory_permutation_by_global_row_index() -> None:
     """Any cut of the rows into batches selects the same D̃ rows as the in-memory split."""
     from cli_tests.unit.test_cate_method import make_spec
-    from dpcausal.methods.cate import split_permutation
+    from dpcausal.methods.cate import halves
     from dpcausal.methods.cate_setup import build_setup
 
-    spec = make_spec(features="rff", split_seed=3, first_half_fraction=0.4)
+    spec = make_spec(features="rff", split={"kind": "seeded", "seed": 3}, first_half_fraction=0.4)
     setup = build_setup(spec, 1237)
     bits = engine_cate.nuisance_mask(spec, setup)
     expected = np.zeros(1237, dtype=bool)
-    expected[split_permutation(spec, setup)[: setup.n_nuisance]] = True
+    expected[halves(spec, setup)[0]] = True
     for cuts in ([0, 1237], [0, 1, 9, 17, 640, 1000, 1237], [*range(0, 1237, 13), 1237]):
         got = np.concatenate([split.members(bits, a, b - a)
                               for a, b in itertools.pairwise(cuts)])

@@ -18,6 +18,7 @@ from dpcausal.methods.select_policy_scores import (
     utilities_from_gammas,
 )
 from dpcausal.spec.select_policy import SelectPolicySpec
+from dpcausal.spec.split import RowSplit
 
 NAMES = [f"x{j + 1}" for j in range(20)]
 
@@ -179,7 +180,7 @@ def test_regimes_frozen_fixed_and_trivial() -> None:
     frozen = sp.build_setup(make_spec(regime="frozen", frozen_model=Path("m.json")), 3000, {})
     assert frozen.delta == 22.0
     assert (frozen.m, frozen.n) == (0, 3000)
-    assert "NOT protected" in sp.neighbouring(frozen)["protected"]
+    assert "NOT protected" in sp.neighbouring(frozen, RowSplit())["protected"]
     fixed = sp.build_setup(make_spec(regime="fixed", fixed_scores={
         "treated": "q1", "control": "q0", "bound": 3.0}), 3000, {})
     assert fixed.delta == 6.0
@@ -203,21 +204,25 @@ def test_missing_bounds_refused_and_sizes_checked() -> None:
             update={"delta": 1e-6})}), 3000, {}, rng=np.random.default_rng(0))
 
 
-def test_split_is_a_public_function_of_the_index() -> None:
-    tr, sc = sp.split_indices(make_spec(), 10, 5)
+def test_positional_splits_are_reproducible_and_the_default_is_secret() -> None:
+    tr, sc = sp.split_indices(make_spec(split={"kind": "index"}), 10, 5)
     assert tr.tolist() == [0, 1, 2, 3, 4]
     assert sc.tolist() == [5, 6, 7, 8, 9]
-    spec = make_spec(split={"kind": "permute", "seed": 3})
+    spec = make_spec(split={"kind": "seeded", "seed": 3})
     a, b = sp.split_indices(spec, 100, 40), sp.split_indices(spec, 100, 40)
     assert a[0].tolist() == b[0].tolist()
     assert len(a[0]) == 40
     assert sorted(a[0].tolist() + a[1].tolist()) == list(range(100))
+    draws = {tuple(sp.split_indices(make_spec(), 100, 40)[0]) for _ in range(5)}
+    assert len(draws) == 5  # a fresh secret permutation per run (C(100, 40) ≈ 1.4e28 subsets)
 
 
 def test_spec_validation() -> None:
     with pytest.raises(ValueError, match="frozen_model is required"):
         make_spec(regime="frozen")
     with pytest.raises(ValueError, match=r"split\.seed is required"):
-        make_spec(split={"kind": "permute"})
+        make_spec(split={"kind": "seeded"})
+    with pytest.raises(ValueError, match="now 'seeded'"):
+        make_spec(split={"kind": "permute", "seed": 3})
     with pytest.raises(ValueError, match="fixed_scores is only used"):
         make_spec(fixed_scores={"treated": "a", "control": "b", "bound": 1})

@@ -7,12 +7,14 @@ Notes
 Neighbouring relation: replace one row; n public (as in memory). Every row is validated (A ∈ {0, 1})
 and clipped (x to the public box, Y to the public outcome bounds) before it enters any sum.
 
-Partition composition. The public split is the in-memory one, ``np.random.default_rng(split_seed)
-.permutation(n)``, built on the client from the public n alone: row i is in the nuisance half D̃
-when it is among the first n_nuisance entries of the permutation. Each batch selects its rows of
-D̃ or D by its global row index (:func:`dpcausal.engine.split.members`), so the halves — and hence the
-parallel composition over D̃ and D (total (ε, δ), not (2ε, 2δ)) — do not depend on the file
-layout or the partition count.
+Partition composition. The split is the in-memory one (:func:`dpcausal.methods.cate.halves`:
+by default a secret random permutation drawn on the client for this run, never stored or sent
+anywhere but to the workers' mapping tasks, inside the curator's trust boundary; or the public
+``seeded`` one), built from the public n alone: row i is in the nuisance half D̃ when it is among
+the first n_nuisance rows of the permutation. Each batch selects its rows of D̃ or D by its global
+row index (:func:`dpcausal.engine.split.members`), so the halves — and hence the parallel
+composition over D̃ and D (total (ε, δ), not (2ε, 2δ)) — do not depend on the file layout or the
+partition count, and a seeded split gives the in-memory halves exactly.
 
 Sensitivities, unchanged by partitioning because every statistic is an exact sum over the same
 rows and every solve stops at the in-memory certificate:
@@ -64,9 +66,9 @@ from dpcausal.methods.cate import (
     build_release,
     clip_rows,
     function_mechanism,
+    halves,
     nuisance_learners,
     rff_features,
-    split_permutation,
 )
 from dpcausal.methods.cate_krr import pseudo_outcomes
 from dpcausal.methods.cate_setup import CateSetup, build_setup, query_points
@@ -198,8 +200,9 @@ def fit_nuisances(spec: CateSpec, setup: CateSetup, engine: Engine,
 
 
 def nuisance_mask(spec: CateSpec, setup: CateSetup) -> split.Packed:
-    """Membership of D̃ over the global row index, from the public permutation (no data)."""
-    return split.pack(split_permutation(spec, setup)[: setup.n_nuisance], setup.n_total)
+    """Membership of D̃ over the global row index, by the in-memory split (no data; by default a
+    fresh secret permutation, so call it once per run)."""
+    return split.pack(halves(spec, setup)[0], setup.n_total)
 
 
 def run(spec: CateSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, Any], *,

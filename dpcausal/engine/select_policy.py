@@ -3,8 +3,9 @@ with the utilities U(π) summed partition by partition.
 
 Every row is validated and clipped (Y to the public outcome bounds, fixed scores to [−B, B];
 covariates are clipped by the learners' feature map) before it enters a sum. Regime ``learned``:
-the public split is :func:`~dpcausal.methods.select_policy.split_indices` of the global row index
-(file order), so it does not depend on the partitioning. The certified learners are fit from sums
+the split is :func:`~dpcausal.methods.select_policy.split_indices` of the global row index
+(file order; by default a secret random permutation drawn on the client), so it does not depend on
+the partitioning. The certified learners are fit from sums
 over the nuisance rows of every partition — the ridge from its per-arm sufficient statistics (one
 pass), the logistic by Newton with one loss/gradient/Hessian pass per step — with the batch sums
 added exactly rounded (the summation the public accuracy bounds assume) and the same certificate
@@ -141,7 +142,8 @@ def compute_utilities(spec: SelectPolicySpec, setup: Setup, engine: Engine,
     """U(π) for every policy over the engine's partitions (private: only fed to the mechanism)."""
     sec = spec.select_policy
     bits = None
-    if setup.regime == "learned" and sec.split.kind != "index":  # the public permutation's mask
+    if setup.regime == "learned" and sec.split.kind != "index":  # the permutation's mask (drawn
+        # once: by default a secret permutation for this run, as in memory)
         bits = split.pack(split_indices(spec, setup.n_total, setup.m)[0], setup.n_total)
     engine.load(functools.partial(prepare_batch, spec, setup, bits))
     nuis: Nuisance | None = None

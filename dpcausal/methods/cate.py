@@ -1,6 +1,7 @@
 """``cate``: DP-CATE (Schröder, Melnychuk & Feuerriegel, ICLR 2025) with DP nuisances.
 
-Public split of the rows into D̃ (nuisances) and D (second stage). Stage 1 on D̃: DP ℓ2-logistic
+A split of the rows into D̃ (nuisances) and D (second stage), by a secret random permutation
+(default; :mod:`dpcausal.methods._split`) or a public seed. Stage 1 on D̃: DP ℓ2-logistic
 propensity and DP ridge outcome models per arm (Gaussian output perturbation). Stage 2 on D: R- or
 DR-learner weights ρ and pseudo-outcomes φ, weighted Gaussian-kernel ridge regression; release by
 ``function`` mode (Thm 3, one Gaussian-process path, noise = max(printed, corrected) formula) or
@@ -28,6 +29,7 @@ from dpcausal.learners.dp_logistic import DPLogistic, PropensityModel
 from dpcausal.learners.dp_ridge import DPRidgeArms, OutcomeModel
 from dpcausal.mechanisms import GaussianProcessMechanism
 from dpcausal.mechanisms.gaussian_vector import GaussianNoiseVector
+from dpcausal.methods import _split
 from dpcausal.methods.base import MethodDef, Release, SideInput
 from dpcausal.methods.cate_krr import (
     InfluenceVectors,
@@ -50,6 +52,8 @@ from dpcausal.methods.cate_setup import (
 from dpcausal.spec.cate import CateSpec
 
 FloatArray = npt.NDArray[np.float64]
+SEARCH_SEED = 0
+"""Public seed of the Sobol candidates of the queries-mode γ search (no data)."""
 
 
 def data_columns(spec: CateSpec) -> list[str]:
@@ -83,7 +87,8 @@ def nuisance_learners(spec: CateSpec, setup: CateSetup) -> tuple[DPLogistic, DPR
 
     Notes
     -----
-    Neighbouring relation: replace one row; n public. A row lies in D̃ or in D (public split).
+    Neighbouring relation: replace one record; n public. A row lies in D̃ or in D; with the
+    default random split the guarantee holds for multisets (:mod:`dpcausal.methods._split`).
     Sensitivity: see :class:`~dpcausal.learners.dp_logistic.DPLogistic` (2/(mλ)) and
     :class:`~dpcausal.learners.dp_ridge.DPRidgeArms` (2h(1 + 1/√λ)/(mλ) for both arms jointly).
     Guarantee: the pair (π̂, μ̂) is (ε, δ)-DP in D̃ by sequential composition of the two Gaussian
@@ -208,7 +213,7 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
                                "n_nuisance_half": setup.n_nuisance, "n_second_half": setup.n,
                                "composition": "the two nuisance mechanisms (first half) and the "
                                               "second stage (second half) read disjoint rows of a "
-                                              "public split: total = max, not sum"}
+                                              "data-independent split: total = max, not sum"}
     warnings: list[str] = []
     if sec.mode == "function":
         mech = function_mechanism(spec, setup)
@@ -250,7 +255,8 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
         command="cate",
         events=tuple(events),
         neighbouring={"relation": "replace-one", "unit": "row (one individual)", "n_public": True,
-                      "composition": "parallel over the public split into D~ (nuisances) and D "
+                      "row_order": _split.row_order(sec.split),
+                      "composition": "parallel over the split into D~ (nuisances) and D "
                                      "(second stage): total (ε, δ); sequential would be (2ε, 2δ)"},
         guarantee=guarantee,
         dp_guarantee=True,
@@ -260,8 +266,7 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
             "treatment_values": [0, 1],
             "queries": query_source,
             "features": sec.features,
-            "split": {"seed": sec.split_seed, "first_half_fraction": sec.first_half_fraction,
-                      "method": "public random permutation of row indices"},
+            "split": {**sec.split.receipt(), "first_half_fraction": sec.first_half_fraction},
             "nuisance": {"propensity": "DP l2-logistic, Gaussian output perturbation",
                          "outcome": "DP ridge per arm, joint Gaussian output perturbation",
                          "propensity_l2": sec.nuisance.propensity_l2,
@@ -309,17 +314,16 @@ def clip_rows(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame
     return x, a, y
 
 
-def split_permutation(spec: CateSpec, setup: CateSetup) -> npt.NDArray[np.int64]:
-    """The public split: row ``perm[k]`` is in D̃ for k < n_nuisance, in D otherwise (from
-    ``cate.split_seed`` and the public n only)."""
-    return np.random.default_rng(spec.cate.split_seed).permutation(setup.n_total)
+def halves(spec: CateSpec, setup: CateSetup) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """(D̃ rows, D rows) by ``cate.split`` (:mod:`dpcausal.methods._split`): by default a fresh
+    secret permutation, so call it once per run."""
+    return _split.parts(spec.cate.split, setup.n_total, setup.n_nuisance)
 
 
 def prepare(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame) -> Prepared:
-    """Read, validate (A ∈ {0, 1}), clip to the public bounds and split by the public permutation."""
+    """Read, validate (A ∈ {0, 1}), clip to the public bounds and split into the two halves."""
     x, a, y = clip_rows(spec, setup, frame)
-    perm = split_permutation(spec, setup)
-    i1, i2 = perm[: setup.n_nuisance], perm[setup.n_nuisance:]
+    i1, i2 = halves(spec, setup)
     return Prepared(x[i1], a[i1], y[i1], x[i2], a[i2], y[i2])
 
 
@@ -377,7 +381,7 @@ def search_gamma(spec: CateSpec, setup: CateSetup, fit: KrrFit, rho: FloatArray,
                  prop: PropensityModel, outm: OutcomeModel, sq: FloatArray) -> float:
     """γ(T, D) by search over candidates in the box (a lower bound of the sup; times safety)."""
     sec = spec.cate
-    sobol = qmc.Sobol(setup.q, scramble=True, seed=np.random.default_rng(sec.split_seed))
+    sobol = qmc.Sobol(setup.q, scramble=True, seed=np.random.default_rng(SEARCH_SEED))
     m = 1 << max(6, math.ceil(math.log2(sec.search_points)))
     cands = [fit.points, sq, sobol.random(m)]
     if setup.q <= 10:

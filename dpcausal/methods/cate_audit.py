@@ -4,9 +4,11 @@ Registered by one line in ``dpcausal/audit/adapters.py``::
 
     "cate": AuditAdapter(cate.METHOD, "cate", *cate_audit.FUNCTIONS)
 
-Neighbouring relation (spec cate): replace one row in place; n is public and the rows are assigned
-to the two halves by a public permutation of the row index (``cate.split_seed``), so the replaced
-row stays in its half. The generators below never reorder, add or drop rows.
+Neighbouring relation (spec cate): replace one record; n is public. The generators below replace
+one row in place (never reorder, add or drop rows) and the gray-box values of D and D′ use the same
+split — for the default ``kind: random`` one fixed permutation (:func:`dpcausal.methods._split.
+for_audit`), which for in-place pairs is the coupling that bounds the random split's loss — so
+the replaced row stays in its half. The black-box releases run the command's real split.
 
 Mechanism inputs (``pre_noise``), by stage:
 - ``cate.nuisance.propensity``: the non-private ℓ2-logistic θ̂ on the first half;
@@ -39,7 +41,7 @@ import pandas as pd
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.audit.neighbours import Pair, RowDomain, replace_one
 from dpcausal.errors import SpecError
-from dpcausal.methods import cate
+from dpcausal.methods import _split, cate
 from dpcausal.methods.base import Release
 from dpcausal.methods.cate_krr import KrrFit, rkhs_distance
 from dpcausal.methods.cate_setup import CateSetup, build_setup
@@ -70,11 +72,15 @@ def synthesize(spec: CateSpec, n: int, rng: np.random.Generator) -> pd.DataFrame
     return _domain(spec, _setup(spec, n)).synthesize(n, rng)
 
 
+def audit_spec(spec: CateSpec) -> CateSpec:
+    """``spec`` with the split the gray-box computation conditions on (:func:`_split.for_audit`)."""
+    split = _split.for_audit(spec.cate.split)
+    return spec.model_copy(update={"cate": spec.cate.model_copy(update={"split": split})})
+
+
 def halves(spec: CateSpec, n_rows: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
-    """(first-half rows, second-half rows): the command's public permutation of the row index."""
-    setup = build_setup(spec, n_rows)
-    perm = np.random.default_rng(spec.cate.split_seed).permutation(n_rows)
-    return np.sort(perm[: setup.n_nuisance]), np.sort(perm[setup.n_nuisance:])
+    """(first-half rows, second-half rows) of the split the gray-box values use."""
+    return cate.halves(audit_spec(spec), build_setup(spec, n_rows))
 
 
 def neighbours(spec: CateSpec, frame: pd.DataFrame, rng: np.random.Generator,
@@ -143,7 +149,7 @@ def pre_noise(spec: CateSpec, frame: pd.DataFrame, plan: PrivacyPlan,
               side: dict[str, Any]) -> dict[str, Any]:
     """Each mechanism's input on ``frame`` (non-private; audit only), by stage."""
     setup = _setup(spec, len(frame))
-    data = cate.prepare(spec, setup, frame)
+    data = cate.prepare(audit_spec(spec), setup, frame)
     prop_l, out_l = cate.nuisance_learners(spec, setup)
     out: dict[str, Any] = {
         prop_l.stage: prop_l.fit_nonprivate(data.x1, data.a1),

@@ -32,6 +32,7 @@ from dpcausal.learners import (
 )
 from dpcausal.learners.certificate import score_bounds
 from dpcausal.mechanisms import ExponentialMechanism, LaplaceMechanism
+from dpcausal.methods import _split
 from dpcausal.methods._arms import treated_mask
 from dpcausal.methods.base import MethodDef, Release, SideInput
 from dpcausal.methods.select_policy_library import PolicyLibrary, build_library, paper160
@@ -42,6 +43,7 @@ from dpcausal.methods.select_policy_scores import (
     utilities_from_gammas,
 )
 from dpcausal.spec.select_policy import LibraryFile, SelectPolicySection, SelectPolicySpec
+from dpcausal.spec.split import RowSplit
 
 FloatArray = npt.NDArray[np.float64]
 SELECTION_FORMAT_VERSION = 1
@@ -169,10 +171,12 @@ def choice_mechanism(setup: Setup, epsilon: float) -> ExponentialMechanism:
 
     Notes
     -----
-    Neighbouring relation: replace one row of the data file; N, m, n are public; the split is a
-    public function of the row index (or a public-seed permutation), so the replaced row stays in
-    its block. Regime ``frozen``: the nuisance model is a fixed public input — only the rows of the
-    data file (the scoring block) are protected, not the records it was fit on.
+    Neighbouring relation: replace one record of the data file; N, m, n are public. The default
+    split is a secret random permutation, so the guarantee holds for multisets (the coupling of
+    :mod:`dpcausal.methods._split` keeps the replaced record in its block); a ``seeded`` or
+    ``index`` split is a function of the row position and assumes the row order is independent
+    of the data. Regime ``frozen``: the nuisance model is a fixed public input — only the rows of
+    the data file (the scoring block) are protected, not the records it was fit on.
     Sensitivity: ``learned``: Δ_cert = max{2B_ψ, n ρ*} (paper Lemma 1 + Lemma 2 + Prop. 2; see
     :class:`dpcausal.learners.SpilloverCertificate`); ``frozen``: 2B_ψ (one summand moves, Prop. 1);
     ``fixed``: 2B for scores clipped to [−B, B].
@@ -198,7 +202,7 @@ def _with_params(event: PrivacyEvent, extra: dict[str, Any]) -> PrivacyEvent:
     return PrivacyEvent(**{**event.to_dict(), "params": {**event.params, **extra}})
 
 
-def neighbouring(setup: Setup) -> dict[str, Any]:
+def neighbouring(setup: Setup, split: RowSplit) -> dict[str, Any]:
     """The receipt's neighbouring relation and protected set."""
     protected = {
         "learned": "every row: the nuisance block D_tr and the scoring block D_sc",
@@ -207,11 +211,13 @@ def neighbouring(setup: Setup) -> dict[str, Any]:
         "fixed": ("every row, given that each row's score columns are a function of that row "
                   "alone, fixed before the data was seen (user-asserted)"),
     }[setup.regime]
-    return {"relation": "replace-one", "unit": "row (one individual)", "n_public": True,
-            "detail": ("bounded/substitution: replace one record; N, m, n are public; the split is "
-                       "a public function of the row index, so the replaced record stays in its "
-                       "block; not add/remove"),
-            "protected": protected}
+    out = {"relation": "replace-one", "unit": "row (one individual)", "n_public": True,
+           "detail": ("bounded/substitution: replace one record; N, m, n are public; the replaced "
+                      "record stays in its block; not add/remove"),
+           "protected": protected}
+    if setup.regime == "learned":
+        out["row_order"] = _split.row_order(split)
+    return out
 
 
 def plan(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any], *,
@@ -269,14 +275,13 @@ def plan(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any], *,
             "feature_schema_sha256": hashlib.sha256(json.dumps(
                 setup.fmap.to_dict(), sort_keys=True).encode()).hexdigest(),
             "learners": setup.learners,
-            "split": ({"kind": sec.split.kind, "seed": sec.split.seed,
-                       "train_fraction": sec.train_fraction, "m": setup.m, "n": setup.n}
-                      if setup.regime == "learned" else None),
+            "split": ({**sec.split.receipt(), "train_fraction": sec.train_fraction,
+                       "m": setup.m, "n": setup.n} if setup.regime == "learned" else None),
         })
         if setup.regime == "frozen":
             assumptions["frozen_model"] = str(sec.frozen_model)
     return PrivacyPlan(command="select-policy", events=tuple(events),
-                       neighbouring=neighbouring(setup), guarantee="pure", dp_guarantee=True,
+                       neighbouring=neighbouring(setup, sec.split), guarantee="pure", dp_guarantee=True,
                        assumptions=assumptions, details=details)
 
 
@@ -291,11 +296,9 @@ def treated_indicator(spec: SelectPolicySpec, frame: pd.DataFrame) -> npt.NDArra
 
 def split_indices(spec: SelectPolicySpec, n_rows: int, m: int) -> tuple[npt.NDArray[np.intp],
                                                                          npt.NDArray[np.intp]]:
-    """(nuisance rows, scoring rows): a public function of the row index (and a public seed)."""
-    split = spec.select_policy.split
-    order = (np.arange(n_rows) if split.kind == "index"
-             else np.random.default_rng(split.seed).permutation(n_rows))
-    return np.sort(order[:m]), np.sort(order[m:])
+    """(nuisance rows, scoring rows) by ``select_policy.split`` (:mod:`dpcausal.methods._split`):
+    by default a fresh secret permutation, so call it once per run."""
+    return _split.parts(spec.select_policy.split, n_rows, m)
 
 
 def compute_utilities(spec: SelectPolicySpec, setup: Setup, frame: pd.DataFrame,

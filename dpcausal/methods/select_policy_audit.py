@@ -4,9 +4,12 @@ Registered by one line in ``dpcausal/audit/adapters.py``::
 
     "select_policy": AuditAdapter(select_policy.METHOD, "select_policy", *select_policy_audit.FUNCTIONS)
 
-Neighbouring relation (spec select_policy §2.1): replace one row in place. N, m, n are public and
-the split is a public function of the row index, so the replaced row stays in its block; the
-generators below never reorder, add or drop rows.
+Neighbouring relation (spec select_policy §2.1): replace one record; N, m, n are public. The
+generators below replace one row in place (never reorder, add or drop rows) and the gray-box
+utilities of D and D′ use the same split — for the default ``kind: random`` one fixed permutation
+(:func:`dpcausal.methods._split.for_audit`), which for in-place pairs is the coupling that bounds
+the random split's loss — so the replaced row stays in its block. The black-box releases run the
+command's real split.
 
 Mechanism inputs (``pre_noise``): the exponential mechanism's utility vector U(π) over the library
 (``select_policy.choice``) and, with ``value_release``, the Laplace input U(π̂)/n given each possible
@@ -33,6 +36,7 @@ import pandas as pd
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.audit.neighbours import Pair, RowDomain, replace_one
 from dpcausal.errors import MissingBoundsError, SpecError
+from dpcausal.methods import _split
 from dpcausal.methods import select_policy as sp
 from dpcausal.methods.base import Release
 from dpcausal.spec.select_policy import SelectPolicySpec
@@ -83,6 +87,13 @@ def _domain(spec: SelectPolicySpec) -> RowDomain:
     return RowDomain(numeric, {cols.treatment: [sec.treated, sec.control_label()]})
 
 
+def audit_spec(spec: SelectPolicySpec) -> SelectPolicySpec:
+    """``spec`` with the split the gray-box computation conditions on (:func:`_split.for_audit`)."""
+    sec = spec.select_policy
+    return spec.model_copy(update={"select_policy": sec.model_copy(
+        update={"split": _split.for_audit(sec.split)})})
+
+
 def synthesize(spec: SelectPolicySpec, n: int, rng: np.random.Generator) -> pd.DataFrame:
     """``n`` rows drawn uniformly inside the public bounds (both arms equally likely)."""
     return _domain(spec).synthesize(n, rng)
@@ -119,7 +130,7 @@ def anchor_pair(spec: SelectPolicySpec, frame: pd.DataFrame, rng: np.random.Gene
     y_lo, y_hi = (float(v) for v in spec.bounds.outcome)
     n_rows = len(frame)
     m = int(np.floor(sec.train_fraction * n_rows))
-    tr, sc = sp.split_indices(spec, n_rows, m)
+    tr, sc = sp.split_indices(audit_spec(spec), n_rows, m)
     bounds = _covariate_bounds(spec)
     names = list(bounds)
     lo = np.array([bounds[c][0] for c in names])
@@ -166,7 +177,7 @@ def neighbours(spec: SelectPolicySpec, frame: pd.DataFrame, rng: np.random.Gener
     n_rows = len(frame)
     if sec.regime == "learned":
         m = int(np.floor(sec.train_fraction * n_rows))
-        blocks = list(sp.split_indices(spec, n_rows, m))
+        blocks = list(sp.split_indices(audit_spec(spec), n_rows, m))
         names: tuple[str, ...] = ("nuisance", "scoring")
     else:
         blocks, names = [np.arange(n_rows)], ("scoring",)
@@ -198,7 +209,7 @@ def pre_noise(spec: SelectPolicySpec, frame: pd.DataFrame, plan: PrivacyPlan,
     """U(π) for every policy (the exponential mechanism's utilities) and, with value_release, the
     Laplace input U(π̂)/n for each possible choice π̂ (one row per policy)."""
     setup = sp.build_setup(spec, len(frame), side)
-    u = np.asarray(sp.compute_utilities(spec, setup, frame, side), dtype=np.float64)
+    u = np.asarray(sp.compute_utilities(audit_spec(spec), setup, frame, side), dtype=np.float64)
     out = {sp.STAGE_CHOICE: u}
     if spec.select_policy.value_release is not None:
         out[sp.STAGE_VALUE] = (u / setup.n)[:, None]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from dpcausal.spec.base import CommonSpec, PositiveFinite, StrictModel
+from dpcausal.spec.split import RowSplit
 
 Share = Annotated[float, Field(gt=0.0, lt=1.0)]
 
@@ -67,9 +68,11 @@ class CateSection(StrictModel):
     propensity_clip: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.05
     """κ: π̂ is clipped to [κ, 1 − κ] (post-processing); the DR-learner needs κ ≥ 0.05."""
     first_half_fraction: Annotated[float, Field(ge=0.1, le=0.9)] = 0.5
-    """Share of rows (by a public random permutation) in D̃, the nuisance half."""
-    split_seed: int = 0
-    """Seed of the public permutation that splits the rows (recorded in the receipt)."""
+    """Share of rows in D̃, the nuisance half (⌊fraction·n⌋ rows)."""
+    split: RowSplit = Field(default_factory=RowSplit)
+    """Which rows form D̃: a secret random permutation per run (default; the guarantee holds
+    whatever the row order), or {kind: seeded, seed: N} (reproducible; assumes the row order is
+    independent of the data, as the receipt states)."""
     sensitivity_formula: Literal["max", "corrected", "paper"] = "max"
     """Function mode: max(printed Thm 3, corrected Eq. 64) [default], corrected, or paper (refused
     where unsafe, i.e. (√(2π)h)^q > 16)."""
@@ -91,6 +94,16 @@ class CateSection(StrictModel):
     nuisance: NuisanceSpec = Field(default_factory=NuisanceSpec)
     plot: bool = True
     """Write cate.png for a grid varying 1 or 2 covariates (drawn from released values only)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "split_seed" in data:
+            raise ValueError("cate.split_seed was replaced by cate.split: the default "
+                             "{kind: random} draws a secret permutation and does not depend on "
+                             "the row order; {kind: seeded, seed: N} reproduces the old split "
+                             "and assumes the row order is independent of the data")
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> CateSection:

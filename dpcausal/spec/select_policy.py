@@ -8,6 +8,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from dpcausal.spec.base import BinaryArms, CommonSpec, Interval, PositiveFinite, StrictModel
+from dpcausal.spec.split import RowSplit
 
 ColumnName = Annotated[str, Field(min_length=1)]
 
@@ -29,22 +30,6 @@ class LibraryGenerator(StrictModel):
     rare_threshold: float | None = None
     """Public q₀.₉₅ of h_R for the two rare-region policies. Default: the 95th percentile of h_R
     under i.i.d. N(0, 1) covariates (200,000 draws from the public seed); never from the data."""
-
-
-class SplitSpec(StrictModel):
-    """The public split into the nuisance block (first m rows) and the scoring block (the rest)."""
-
-    kind: Literal["index", "permute"] = "index"
-    seed: int | None = None
-    """Public seed of the row permutation (``kind: permute`` only)."""
-
-    @model_validator(mode="after")
-    def _seeded(self) -> SplitSpec:
-        if self.kind == "permute" and self.seed is None:
-            raise ValueError("split.seed is required with split.kind: permute (a public seed)")
-        if self.kind == "index" and self.seed is not None:
-            raise ValueError("split.seed is only used with split.kind: permute")
-        return self
 
 
 class FixedScores(StrictModel):
@@ -79,7 +64,10 @@ class SelectPolicySection(BinaryArms):
     """Public outcome-model range [μ_lo, μ_hi]; default bounds.outcome."""
     train_fraction: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.5
     """m = ⌊f·N⌋ nuisance rows, n = N − m scoring rows (regime learned)."""
-    split: SplitSpec = Field(default_factory=SplitSpec)
+    split: RowSplit = Field(default_factory=RowSplit)
+    """Which rows form the nuisance block: a secret random permutation per run (default; the
+    guarantee holds whatever the row order), {kind: seeded, seed: N} or {kind: index} (the first m
+    rows); the last two assume the row order is independent of the data, as the receipt states."""
     lambda_mu: PositiveFinite = 50.0
     """Ridge penalty (averaged objective (1/m)Σℓ + (λ/2)‖θ‖²)."""
     lambda_e: PositiveFinite = 50.0
