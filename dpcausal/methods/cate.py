@@ -186,6 +186,10 @@ def _tag(event: PrivacyEvent, partition: str) -> PrivacyEvent:
     return dataclasses.replace(event, partition=partition)
 
 
+def _with_params(event: PrivacyEvent, extra: dict[str, Any]) -> PrivacyEvent:
+    return dataclasses.replace(event, params={**event.params, **extra})
+
+
 def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
          rng: np.random.Generator) -> PrivacyPlan:
     """Build the plan from the spec, the public row count and the public query file."""
@@ -202,8 +206,13 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
     for field, problem in (("propensity_l2", prop.problem()), ("outcome_l2", out.problem())):
         if problem is not None:  # public settings only: refused before any row is read
             raise SpecError(f"cate.nuisance.{field}: {problem}; raise it")
-    events = [_tag(prop.mechanism().event(), NUISANCE_PART),
-              _tag(out.mechanism().event(), NUISANCE_PART)]
+    # the solves' public accuracy (learners/rounding.py), already inside the sensitivities
+    events = [_with_params(_tag(prop.mechanism().event(), NUISANCE_PART),
+                           {"solver_distance_to_minimiser": prop.accuracy.distance,
+                            "solver_stop_tol": prop.accuracy.stop_tol}),
+              _with_params(_tag(out.mechanism().event(), NUISANCE_PART),
+                           {"solver_error_per_arm": out.solve_error,
+                            "centred_outcome_bound": out.half_range})]
     query_source: dict[str, Any] = (
         {"file": str(sec.queries), "rows": d, "sha256_of_covariates_csv": hashlib.sha256(
             queries[list(setup.covariates)].to_csv(index=False).encode()).hexdigest()}

@@ -13,6 +13,7 @@ import pandas as pd
 from dpcausal.errors import DataError, MissingBoundsError, SpecError, UncertifiedModeError
 from dpcausal.io.tables import numeric_column
 from dpcausal.learners.dp_features import BoxFeatures
+from dpcausal.learners.rounding import cholesky_completes, gamma
 from dpcausal.spec.cate import CateSpec
 
 FloatArray = npt.NDArray[np.float64]
@@ -157,6 +158,7 @@ def build_setup(spec: CateSpec, n_rows: int) -> CateSetup:
     q = len(cols.covariates)
     h = sec.bandwidth if sec.bandwidth is not None else math.sqrt(q / 2.0)
     lam0 = sec.ridge if sec.ridge is not None else 1.0 / math.sqrt(n)
+    _check_second_stage_precision(sec.features, n, sec.rff_dim, lam0)
     y_lo, y_hi = spec.bounds.outcome
     dy = y_hi - y_lo
     lw, how, m_g = _lipschitz(spec, dy, sec.propensity_clip, lam0)
@@ -171,6 +173,22 @@ def build_setup(spec: CateSpec, n_rows: int) -> CateSetup:
             f"{math.exp(-setup.log_c_k):.4g} > 16 (q = {q}, h = {h:g}), so the printed bound is "
             "below the true RKHS sensitivity (spec E1). Use 'max' (default) or 'corrected'")
     return setup
+
+
+def _check_second_stage_precision(features: str, n: int, rff_dim: int, lam0: float) -> None:
+    """Refuse, before any row is read, a λ0 so small that a second-stage Cholesky factorisation
+    could fail on the data (an exit that depends on it: issue #13). Exact kernel: W^{1/2}KW^{1/2}
+    + nλ0I with weights ≤ 1 and kernel entries in (0, 1], so ‖·‖ ≤ n(1 + λ0); random features:
+    Z_SᵀW_SZ_S/n + λ0I with ‖z_i‖ = 1, ‖·‖ ≤ 1 + λ0, kept by up to 100 incremental updates of
+    sums over n rows (their rounding is taken off λ0)."""
+    if features == "exact":
+        ok = cholesky_completes(n, n * (1.0 + lam0), n * lam0)
+    else:
+        drift = 200.0 * gamma(n + 2)
+        ok = cholesky_completes(2 * rff_dim, 1.0 + lam0 + drift, lam0 - drift)
+    if not ok:
+        raise SpecError(f"cate.ridge: λ0 = {lam0:.3g} is too small for a float64 second-stage "
+                        f"solve on {n} rows that cannot fail; raise cate.ridge")
 
 
 def noise_factor(spec: CateSpec, setup: CateSetup) -> float:

@@ -160,6 +160,10 @@ def build_setup(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any]) -> Se
         "propensity": {"name": "certified l2-logistic (penalised intercept), damped Newton",
                        "lambda": sec.lambda_e, **logistic.constants(d)},
         "solver_tol": sec.solver_tol,
+        # public rounding bounds (learners/rounding.py), already inside beta_mu and beta_e
+        "ridge_solve_error": ridge.solve_error(d),
+        "logistic_stop_tol": logistic.accuracy(m, d).stop_tol,
+        "logistic_distance_to_minimiser": logistic.accuracy(m, d).distance,
         "objective": "(1/m) sum loss + (lambda/2) ||theta||^2 over all m nuisance rows",
     }
     return Setup(library, "learned", n_rows, m, n, cert.delta_cert, cert, fmap, y_bounds,
