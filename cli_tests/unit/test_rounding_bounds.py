@@ -14,6 +14,7 @@ import math
 from fractions import Fraction
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from dpcausal.learners import CertifiedLogistic, CertifiedRidge
@@ -27,6 +28,8 @@ from dpcausal.learners.rounding import (
     effective_half_range,
     exact_total,
 )
+from dpcausal.methods import owl
+from dpcausal.spec.owl import OwlSpec
 
 BOX = BoxFeatures(np.zeros(3), np.ones(3))
 RANGES = [(0.0, 1e-6), (0.0, 1.0), (0.0, 1e9), (-1e9, 1e9), (1e9, 1e9 + 1e-6)]
@@ -181,3 +184,26 @@ def test_logistic_certificate_tolerance_is_never_below_its_rounding_allowance() 
         acc = LogisticAccuracy(m, p, r, 0.05, 1e-300)
         assert acc.stop_tol >= 4 * acc.grad_allowance > 0
         assert acc.distance == pytest.approx((acc.stop_tol + acc.grad_allowance) / 0.05)
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(0.0, 1e-6), (-1e9, 1e9), (1e9, 1e9 + 1e-6)])
+@pytest.mark.parametrize("gamma", [1e-6, 1.0, 1e6])
+def test_owl_neighbours_at_extreme_scales(lo: float, hi: float, gamma: float) -> None:
+    """owl's tolerance is relative to the public weight bound W, so neighbours at extreme outcome
+    ranges and penalties both solve (no refusal) and stay within Δ = (2W + 2τ)/γ."""
+    spec = OwlSpec.model_validate({
+        "data": {"path": "t.csv", "columns": {"outcome": "B", "treatment": "A",
+                                              "covariates": ["x1", "x2"]}},
+        "bounds": {"outcome": [lo, hi], "covariates": [0.0, 1.0]},
+        "privacy": {"epsilon": 1.0}, "owl": {"treated": 1, "propensity": 0.5, "gamma": gamma}})
+    setup = owl.build_setup(spec)
+    rng = np.random.default_rng(11)
+    for t in range(4):
+        frame = pd.DataFrame({"x1": rng.uniform(size=30), "x2": rng.uniform(size=30),
+                              "A": rng.integers(0, 2, 30), "B": rng.uniform(lo, hi, 30)})
+        other = frame.copy()
+        other.loc[t, ["x1", "x2", "A", "B"]] = [1.0, 1.0, 1 - int(frame.loc[t, "A"]),
+                                                 hi if t % 2 else lo]
+        fits = [owl.fit_nonprivate(setup, owl.prepare(spec, setup, f, None), gamma)
+                for f in (frame, other)]
+        assert np.linalg.norm(fits[0] - fits[1]) <= setup.sensitivity(gamma)
