@@ -62,7 +62,8 @@ def exact_total(parts: Sequence[Stat]) -> Stat:
     if len(parts) == 1:
         return first
     if isinstance(first, tuple | list):
-        return type(first)(exact_total([p[k] for p in parts])  # type: ignore[index]
+        seqs: list[Any] = list(parts)
+        return type(first)(exact_total([p[k] for p in seqs])  # type: ignore[return-value]
                            for k in range(len(first)))
     stacked = np.asarray(parts, dtype=np.float64)
     flat = stacked.reshape(len(parts), -1)

@@ -131,9 +131,9 @@ def compute_weights(spec: TwoStageSpec, setup: TwoStageSetup, data: Prepared) ->
         try:
             w = _stage1(spec, data, certify=False)
         except (SolverError, np.linalg.LinAlgError, FloatingPointError):
-            w = None
-        if w is None or not weights_ok(w):
             w = wts.uniform_weights(n)  # the fixed public choice (any weights are covered)
+        if not weights_ok(w):
+            w = wts.uniform_weights(n)
     if not weights_ok(w):
         raise RuntimeError("stage-1 weights are not finite, nonnegative and positive in sum")
     return w * (n / float(w.sum()))
