@@ -288,3 +288,29 @@ def test_two_stage_stage2_verifies_at_extreme_scales_and_never_refuses(
     fallback = tss.solve_l1_ball_qp(p, c, 5.0)
     assert np.abs(fallback.theta).sum() <= 5.0 * (1 + 1e-12)
     np.testing.assert_allclose(fallback.theta, sol.theta, atol=1e-5)
+
+
+@pytest.mark.parametrize("lam", [1e-12, 1e-5, 1e5])
+def test_cate_and_select_policy_pairs_at_extreme_penalties_exit_alike(tmp_path: Path,
+                                                                      lam: float) -> None:
+    """Tiny and huge penalties at an outcome range of 1e9: both neighbours release, or the plan
+    refuses both from the public settings alone (exit 2, naming the field), never one of them."""
+    library = write_yaml(tmp_path / "lib.yaml", {"policies": [
+        {"name": "all", "type": "constant", "treat": True},
+        {"name": "none", "type": "constant", "treat": False}]})
+    cate_doc = _cate_doc(1e9)
+    cate_doc["cate"]["nuisance"] = {"propensity_l2": lam, "outcome_l2": lam}
+    cate_doc["cate"]["ridge"] = max(lam, 1e-6)
+    sel_doc = _select_doc(1e9, library)
+    sel_doc["select_policy"].update(lambda_mu=lam, lambda_e=lam)
+    refused = []
+    for command, doc, n in (("cate", cate_doc, 80), ("select-policy", sel_doc, 120)):
+        d = _obs_frame(n, 1e9, seed=8)
+        res = run_pair(tmp_path / command, command, doc, [d, _neighbour(d, 31, 1e9)])
+        codes = [r.exit_code for r in res]
+        assert codes in ([0, 0], [2, 2]), (command, [r.output for r in res])
+        if codes == [2, 2]:
+            field = "cate.nuisance." if command == "cate" else "select_policy.lambda_"
+            assert lam < 1e-4 and field in res[0].stderr, res[0].stderr
+        refused.append(codes == [2, 2])
+    assert refused == [lam < 1e-4] * 2  # only the tiny penalty is refused (by both commands)
