@@ -49,16 +49,25 @@ def _two_stage_frame(n: int, treated: int, seed: int) -> pd.DataFrame:
     return pd.DataFrame({"x1": x[:, 0], "x2": x[:, 1], "x3": x[:, 2], "a": a, "y": y})
 
 
-def _mmd_doc() -> dict[str, Any]:
+def spec_doc(section: str, body: dict[str, Any], outcome: tuple[float, float], *,
+             covariates: tuple[str, ...] = ("x0", "x1", "x2"),
+             box: tuple[float, float] = (0.0, 1.0), delta: float = 0.0) -> dict[str, Any]:
+    """A spec of one command on the columns (covariates…, a, y); paths come from the command line."""
     return {
         "data": {"path": "unused.csv",
-                 "columns": {"outcome": "y", "treatment": "a", "covariates": ["x1", "x2", "x3"]}},
-        "bounds": {"outcome": [-5.0, 5.0], "covariates": [-1.0, 1.0]},
-        "privacy": {"epsilon": 1.0},
+                 "columns": {"outcome": "y", "treatment": "a", "covariates": list(covariates)}},
+        "bounds": {"outcome": list(outcome), "covariates": list(box)},
+        "privacy": {"epsilon": 1.0, "delta": delta},
         "output": {"dir": "unused"},
-        "two_stage": {"treated": 1, "control": 0, "weights": "mmd", "sensitivity": "universal",
-                      "mmd": {"bandwidth": 1.0, "box": 5.0}, "l1_radius": 5.0},
+        section: body,
     }
+
+
+def _mmd_doc() -> dict[str, Any]:
+    return spec_doc("two_stage", {"treated": 1, "control": 0, "weights": "mmd",
+                                  "sensitivity": "universal", "mmd": {"bandwidth": 1.0, "box": 5.0},
+                                  "l1_radius": 5.0},
+                    (-5.0, 5.0), covariates=("x1", "x2", "x3"), box=(-1.0, 1.0))
 
 
 def test_two_stage_mmd_arm_size_never_decides_the_exit_code(tmp_path: Path) -> None:
@@ -121,25 +130,13 @@ def _neighbour(frame: pd.DataFrame, seed: int, hi: float) -> pd.DataFrame:
 
 
 def _cate_doc(hi: float) -> dict[str, Any]:
-    return {
-        "data": {"path": "unused.csv",
-                 "columns": {"outcome": "y", "treatment": "a", "covariates": ["x0", "x1", "x2"]}},
-        "bounds": {"outcome": [0.0, hi], "covariates": [0.0, 1.0]},
-        "privacy": {"epsilon": 1.0, "delta": 1e-4},
-        "output": {"dir": "unused"},
-        "cate": {"grid": {"vary": ["x0"], "points": 5}, "plot": False},
-    }
+    return spec_doc("cate", {"grid": {"vary": ["x0"], "points": 5}, "plot": False}, (0.0, hi),
+                    delta=1e-4)
 
 
 def _select_doc(hi: float, library: Path) -> dict[str, Any]:
-    return {
-        "data": {"path": "unused.csv",
-                 "columns": {"outcome": "y", "treatment": "a", "covariates": ["x0", "x1", "x2"]}},
-        "bounds": {"outcome": [0.0, hi], "covariates": [0.0, 1.0]},
-        "privacy": {"epsilon": 1.0},
-        "output": {"dir": "unused"},
-        "select_policy": {"treated": 1, "control": 0, "library": {"path": str(library)}},
-    }
+    return spec_doc("select_policy", {"treated": 1, "control": 0,
+                                      "library": {"path": str(library)}}, (0.0, hi))
 
 
 @pytest.mark.parametrize("hi", [1e-6, 1e9])
@@ -182,27 +179,13 @@ def test_select_policy_neighbours_at_extreme_outcome_ranges_release_alike(tmp_pa
 
 
 def _owl_doc(lo: float, hi: float, gamma: float) -> dict[str, Any]:
-    return {
-        "data": {"path": "unused.csv",
-                 "columns": {"outcome": "y", "treatment": "a", "covariates": ["x0", "x1", "x2"]}},
-        "bounds": {"outcome": [lo, hi], "covariates": [0.0, 1.0]},
-        "privacy": {"epsilon": 1.0},
-        "output": {"dir": "unused"},
-        "owl": {"treated": 1, "propensity": 0.5, "gamma": gamma},
-    }
+    return spec_doc("owl", {"treated": 1, "propensity": 0.5, "gamma": gamma}, (lo, hi))
 
 
 def _two_stage_doc(lo: float, hi: float, ridge: float, sensitivity: str) -> dict[str, Any]:
-    return {
-        "data": {"path": "unused.csv",
-                 "columns": {"outcome": "y", "treatment": "a", "covariates": ["x0", "x1", "x2"]}},
-        "bounds": {"outcome": [lo, hi], "covariates": [0.0, 1.0]},
-        "privacy": {"epsilon": 1.0},
-        "output": {"dir": "unused"},
-        "two_stage": {"treated": 1, "control": 0, "weights": "ipw-logit",
-                      "ipw_logit": {"radius": 0.3, "ridge": ridge}, "sensitivity": sensitivity,
-                      "l1_radius": 5.0},
-    }
+    return spec_doc("two_stage", {"treated": 1, "control": 0, "weights": "ipw-logit",
+                                  "ipw_logit": {"radius": 0.3, "ridge": ridge},
+                                  "sensitivity": sensitivity, "l1_radius": 5.0}, (lo, hi))
 
 
 def _shifted(frame: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
