@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dpcausal.mechanisms import noise_generator
+from dpcausal.mechanisms import NoiseGuard
 from dpcausal.methods import cate
 from dpcausal.spec.cate import CateSpec
 
@@ -33,7 +33,7 @@ def release(spec: CateSpec, train: pd.DataFrame, queries: pd.DataFrame,
     side = {"queries": queries}
     pl = cate.plan(spec, len(train), side, rng=np.random.default_rng(0))
     rel = cate.run(spec, train, pl, side, rng=np.random.default_rng(0),
-                   noise_rng=noise_generator(noise_seed))
+                   noise=NoiseGuard(pl, test_seed=noise_seed))
     return rel.tables["cate"]["cate"].to_numpy()
 
 

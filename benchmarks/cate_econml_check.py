@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from cate_common import make_spec
 from cate_dgp import design
 
-from dpcausal.mechanisms import noise_generator
+from dpcausal.mechanisms import NoiseGuard
 from dpcausal.methods import cate
 from dpcausal.methods.cate_setup import build_setup
 
@@ -72,12 +72,13 @@ def main() -> None:
             side = {"queries": queries}
             pl = cate.plan(spec, len(train), side, rng=np.random.default_rng(0))
             ours = cate.run(spec, train, pl, side, rng=np.random.default_rng(0),
-                            noise_rng=noise_generator(1)).tables["cate"]["cate"].to_numpy()
+                            noise=NoiseGuard(pl, test_seed=1)).tables["cate"]["cate"].to_numpy()
             # the same DP nuisances (noise-free at this ε), refitted exactly as run() does
             data = cate.prepare(spec, setup, train)
             prop_l, out_l = cate.nuisance_learners(spec, setup)
-            prop = prop_l.fit(data.x1, data.a1, clip=setup.kappa, noise_rng=noise_generator(1))
-            outm = out_l.fit(data.x1, data.a1, data.y1, noise_rng=noise_generator(1))
+            noise = NoiseGuard(pl, test_seed=1)
+            prop = prop_l.fit(data.x1, data.a1, clip=setup.kappa, noise=noise)
+            outm = out_l.fit(data.x1, data.a1, data.y1, noise=noise)
             x2, a2, y2 = data.x2, data.a2, data.y2
             final = KernelRidge(alpha=setup.n * setup.lam0, kernel="rbf",
                                 gamma=1 / (2 * setup.bandwidth**2))

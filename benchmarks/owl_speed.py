@@ -93,7 +93,7 @@ import sys, time, json
 t0 = time.perf_counter()
 import numpy as np
 from dpcausal.io.tables import read_table
-from dpcausal.mechanisms import noise_generator
+from dpcausal.mechanisms._rng import noise_generator
 from dpcausal.methods import owl
 from dpcausal.spec.load import load_spec
 from dpcausal.spec.owl import OwlSpec

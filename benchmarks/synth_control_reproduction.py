@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from dpcausal.mechanisms import NoiseGuard
 from dpcausal.methods import synth_control as sc
 from dpcausal.methods import synth_control_core as core
 from dpcausal.spec.synth_control import SynthControlSpec
@@ -93,8 +94,9 @@ def rmse_obj(panel: Panel, eps: float, lam: float, draws: int, rng: np.random.Ge
     post = core.post_mechanism("matrix-l2", eps / 2, n, H)
     sq = []
     for _ in range(draws):
-        f = core.objective_coefficients(panel.x[:, :t0], panel.y[:t0], lam, params, rng=rng)
-        xp = core.privatize_post(panel.x[:, t0:], post, rng=rng)
+        b = core.objective_perturbation(params, n, eps / 2).sample(rng=rng)
+        f = core.objective_coefficients(panel.x[:, :t0], panel.y[:t0], lam, params, b)
+        xp = post.release(panel.x[:, t0:].ravel(), rng=rng).reshape(n, H)
         sq.append(float(np.sum((xp.T @ f - panel.y[t0:]) ** 2)))
     return math.sqrt(float(np.mean(sq)) / H)
 
@@ -117,7 +119,8 @@ def mc_check(panel: Panel, eps: float, sensitivity: str, step2: str, draws: int,
     spec, plan = plan_for(panel, eps, sensitivity, step2)
     sq = np.array([
         np.sum((sc.counterfactual_path(spec, panel.x, panel.y, panel.t0, plan,  # type: ignore[arg-type]
-                                       noise_rng=rng)[0] - panel.y[panel.t0:]) ** 2) / H
+                                       noise=NoiseGuard(plan, test_seed=int(rng.integers(2**62))))[0]
+                - panel.y[panel.t0:]) ** 2) / H
         for _ in range(draws)])
     return (rmse_out(panel, eps, float(panel.t0), sensitivity, step2), math.sqrt(sq.mean()),
             sq.std(ddof=1) / math.sqrt(draws))

@@ -12,7 +12,9 @@ import yaml
 from scipy import stats
 from typer.testing import CliRunner
 
+from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.cli import app
+from dpcausal.mechanisms import NoiseGuard
 
 # Three-arm noise-law tests (DESIGN §6): the sample must pass at the claimed scale and be rejected at
 # 0.7x and 1.3x. The arms are explicit so that a typo cannot merge them (Tumult's bug, STYLE §4).
@@ -36,6 +38,12 @@ def assert_three_arm(pvalues: dict[float, float]) -> None:
     assert pvalues[1.0] > P_ACCEPT, f"true scale rejected: {pvalues}"
     assert pvalues[0.7] < P_REJECT, f"0.7x scale not rejected: {pvalues}"
     assert pvalues[1.3] < P_REJECT, f"1.3x scale not rejected: {pvalues}"
+
+
+def noise_for(*mechanisms: Any, seed: int) -> NoiseGuard:
+    """A seeded noise guard whose plan is exactly ``mechanisms``' events (tests of one step)."""
+    plan = PrivacyPlan("test", tuple(m.event() for m in mechanisms), {}, "pure", False)
+    return NoiseGuard(plan, test_seed=seed)
 
 
 def invoke(args: Sequence[str], **kwargs: Any) -> Any:
@@ -107,7 +115,8 @@ def charge(ledger: Any, eps: float, cap: float = 1.0, dataset: str = "d") -> dic
     from dpcausal.accounting.receipt import build_receipt
 
     plan = one_event_plan(eps)
-    receipt = build_receipt(plan, spec_sha256="x", outputs={}, seeded_noise=False, dataset=dataset)
+    receipt = build_receipt(plan, spec_sha256="x", outputs={}, seeded_noise=False,
+                            noise_source="chacha20/os-entropy", dataset=dataset)
     return ledger.charge(receipt, dataset=dataset, spec_cap=Budget(cap), requested=plan.cost)
 
 

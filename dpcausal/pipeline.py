@@ -24,7 +24,7 @@ from dpcausal.io import tables
 from dpcausal.io.documents import read_document
 from dpcausal.io.release_dir import RECEIPT, ReleaseDir
 from dpcausal.io.writers import csv_bytes, json_bytes, parquet_bytes
-from dpcausal.mechanisms import noise_generator
+from dpcausal.mechanisms import NoiseGuard
 from dpcausal.methods.base import MethodDef, Release
 from dpcausal.rng import make_rng
 from dpcausal.spec.base import CommonSpec
@@ -194,25 +194,27 @@ def execute(
     if test_noise_seed is not None:
         plan = replace(plan, dp_guarantee=False)  # seeded noise can be subtracted: no guarantee
         result.plan = plan
-    noise_rng = noise_generator(test_noise_seed)
+    noise = NoiseGuard(plan, test_seed=test_noise_seed)  # the run's only way to draw noise
     if engine_run is None:
-        release = method.run(spec, frame, plan, side, rng=rng, noise_rng=noise_rng)
+        release = method.run(spec, frame, plan, side, rng=rng, noise=noise)
         del frame
     else:
         from dpcausal.engine import open_engine
 
         assert spec.engine is not None
         with open_engine(spec.engine, info, method.data_columns(spec)) as engine:
-            release = engine_run(spec, engine, plan, side, rng=rng, noise_rng=noise_rng)
+            release = engine_run(spec, engine, plan, side, rng=rng, noise=noise)
             # public facts only: the number of passes follows the solvers' data-dependent
             # iteration counts, so it is never published (as in memory)
             engine_record = {"kind": spec.engine.kind, "description": engine.description}
+    noise.check_all_drawn()  # every planned stage drawn once, before anything is written or charged
     files = render_release(release, parquet=info.format == "parquet")
     receipt = build_receipt(
         plan,
         spec_sha256=spec_sha256,
         outputs={name: sha256_bytes(data) for name, data in files.items()},
         seeded_noise=test_noise_seed is not None,
+        noise_source=noise.source,
         dataset=spec.ledger.dataset if spec.ledger else None,
         engine=engine_record,
         created_at=started,

@@ -1,7 +1,8 @@
 """The one factory for *non-private* randomness (splits, public random features, simulations).
 
-Privacy noise never comes from here: it comes from :func:`dpcausal.mechanisms.noise_generator`,
-which is seeded by OS entropy. ``--seed`` reaches only this function.
+Privacy noise never comes from here: methods release values through the run's
+:class:`dpcausal.mechanisms.NoiseGuard`, which draws from ChaCha20 keyed by OS entropy
+(:mod:`dpcausal.mechanisms._rng`). ``--seed`` reaches only this function.
 """
 
 from __future__ import annotations

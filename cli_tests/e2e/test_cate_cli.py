@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from cli_tests.helpers import invoke, read_json, releases, write_yaml
-from dpcausal.mechanisms import noise_generator
+from dpcausal.mechanisms import NoiseGuard
 from dpcausal.methods import cate
 from dpcausal.spec.cate import CateSpec
 
@@ -57,7 +57,7 @@ def test_example_config_releases_table_png_receipt_and_ledger(workdir: Path) -> 
     assert (out / "cate.png").read_bytes()[:4] == b"\x89PNG"
     receipt = read_json(out / "receipt.json")
     assert receipt["command"] == "cate" and receipt["guarantee"] == "approximate"
-    assert receipt["dp_guarantee"] is True and receipt["rng"] == "os-entropy"
+    assert receipt["dp_guarantee"] is True and receipt["rng"] == "chacha20/os-entropy"
     assert receipt["epsilon"] == 5.0 and receipt["delta"] == pytest.approx(1e-5)
     assert [e["kind"] for e in receipt["events"]] == ["gaussian", "gaussian", "gaussian_process"]
     assert receipt["neighbouring"]["relation"] == "replace-one"
@@ -84,12 +84,12 @@ def test_json_output_and_cli_equals_library(workdir: Path) -> None:
     obj = json.loads(res.stdout)
     receipt = read_json(workdir / "o2" / "receipt.json")
     assert {k: v for k, v in obj.items() if k not in ("output_paths", "summary")} == receipt
-    assert receipt["dp_guarantee"] is False and receipt["rng"] == "seeded-test"
+    assert receipt["dp_guarantee"] is False and receipt["rng"] == "chacha20/seeded-test"
     spec = CateSpec.model_validate(yaml.safe_load(spec_path.read_text()))
     frame = pd.read_csv("small.csv")
     plan = cate.plan(spec, len(frame), {}, rng=np.random.default_rng(0))
     release = cate.run(spec, frame, plan, {}, rng=np.random.default_rng(0),
-                       noise_rng=noise_generator(4))
+                       noise=NoiseGuard(plan, test_seed=4))
     np.testing.assert_allclose(pd.read_csv("o2/cate.csv")["cate"], release.tables["cate"]["cate"],
                                rtol=1e-12)
 

@@ -52,7 +52,7 @@ def test_example_config_releases_rule_receipt_and_ledger(workdir: Path) -> None:
     rule, receipt = read_json(out / "rule.json"), read_json(out / "receipt.json")
     assert len(rule["theta"]) == 5 and rule["arms"] == {"treated": 1, "control": 0}
     assert receipt["command"] == "owl" and receipt["guarantee"] == "pure"
-    assert receipt["dp_guarantee"] is True and receipt["rng"] == "os-entropy"
+    assert receipt["dp_guarantee"] is True and receipt["rng"] == "chacha20/os-entropy"
     assert receipt["epsilon"] == 5.0 and receipt["delta"] == 0.0
     assert receipt["numerics"] == "float64"
     ev = receipt["events"][0]
@@ -79,16 +79,16 @@ def test_cli_equals_library_with_test_seed(workdir: Path) -> None:
     res = invoke(["owl", "--spec", "configs/owl.yaml", "--test-noise-seed", "5", "--out", "o3"])
     assert res.exit_code == 0
     receipt = read_json(workdir / "o3" / "receipt.json")
-    assert receipt["dp_guarantee"] is False and receipt["rng"] == "seeded-test"
+    assert receipt["dp_guarantee"] is False and receipt["rng"] == "chacha20/seeded-test"
     assert receipt["guarantee"] == "none"
     assert read_json(workdir / "o3" / "rule.json")["privacy"]["dp_guarantee"] is False
     spec = OwlSpec.model_validate(spec_doc())
     frame = pd.read_csv("sample_data/owl_trial.csv")
-    from dpcausal.mechanisms import noise_generator
+    from dpcausal.mechanisms import NoiseGuard
 
     plan = replace(owl.plan(spec, len(frame), {}, rng=np.random.default_rng(0)), dp_guarantee=False)
     release = owl.run(spec, frame, plan, {"apply_to": pd.read_csv(spec.owl.apply_to)},
-                      rng=np.random.default_rng(0), noise_rng=noise_generator(5))
+                      rng=np.random.default_rng(0), noise=NoiseGuard(plan, test_seed=5))
     assert read_json(workdir / "o3" / "rule.json") == json.loads(json.dumps(
         release.documents["rule.json"]))
 

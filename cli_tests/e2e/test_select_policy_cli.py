@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from cli_tests.helpers import invoke, read_json, releases, write_yaml
-from dpcausal.mechanisms import noise_generator
+from dpcausal.mechanisms import NoiseGuard
 from dpcausal.methods import select_policy as sp
 from dpcausal.pipeline import execute
 from dpcausal.spec.select_policy import SelectPolicySpec
@@ -84,7 +84,7 @@ def test_json_output_is_the_receipt_and_equals_library(workdir: Path) -> None:
     receipt = read_json(workdir / "o2" / "receipt.json")
     assert {k: v for k, v in obj.items() if k not in ("output_paths", "summary")} == receipt
     assert receipt["dp_guarantee"] is False
-    assert receipt["rng"] == "seeded-test"
+    assert receipt["rng"] == "chacha20/seeded-test"
     spec = SelectPolicySpec.model_validate(spec_doc()).with_overrides(out=Path("o3"))
     spec = spec.model_copy(update={"ledger": None})
     lib = execute(sp.METHOD, spec, "x", test_noise_seed=3)
@@ -316,7 +316,7 @@ def test_library_call_matches_noise_generator_contract() -> None:
     side = {"library": yaml.safe_load((REPO / "configs" / "policies_example.yaml").read_text())}
     plan = sp.plan(spec, len(frame), side, rng=np.random.default_rng(0))
     picks = [sp.run(spec, frame, plan, side, rng=np.random.default_rng(0),
-                    noise_rng=noise_generator(4)).documents["selection.json"]["selected"]["index"]
+                    noise=NoiseGuard(plan, test_seed=4)).documents["selection.json"]["selected"]["index"]
              for _ in range(2)]
     assert picks[0] == picks[1]
 

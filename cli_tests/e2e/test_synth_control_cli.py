@@ -79,7 +79,7 @@ def test_json_output_and_cli_equals_library(workdir: Path) -> None:
     obj = json.loads(res.stdout)
     receipt = read_json(workdir / "o1" / "receipt.json")
     assert {k: v for k, v in obj.items() if k not in ("output_paths", "summary")} == receipt
-    assert receipt["dp_guarantee"] is False and receipt["rng"] == "seeded-test"
+    assert receipt["dp_guarantee"] is False and receipt["rng"] == "chacha20/seeded-test"
     spec, sha = load_spec(Path(CONFIG), sc.METHOD.spec_model)
     spec = spec.with_overrides(out=Path("o2"), ledger=Path("l2.jsonl"))
     lib = execute(sc.METHOD, spec, sha, test_noise_seed=3)

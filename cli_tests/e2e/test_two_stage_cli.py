@@ -91,7 +91,7 @@ def test_json_and_seeded_noise_reproducible(workdir: Path) -> None:
     assert r1.exit_code == 0, r1.output
     j1 = json.loads(r1.stdout)
     assert j1["dp_guarantee"] is False
-    assert j1["rng"] == "seeded-test"
+    assert j1["rng"] == "chacha20/seeded-test"
     assert read_json(workdir / "o1" / "rule.json")["theta"] == read_json(
         workdir / "o2" / "rule.json")["theta"]
     assert j1["outputs"] == read_json(workdir / "o1" / "receipt.json")["outputs"]

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from cli_tests.unit.test_cate_method import dataset1, theta1
+from dpcausal.mechanisms import NoiseGuard
 from dpcausal.methods import cate
 from dpcausal.spec.cate import CateSpec
 
@@ -26,7 +27,7 @@ def _rmse(n: int, eps: float, seed: int, mode: str = "function") -> float:
     side = {"queries": QUERIES}
     pl = cate.plan(spec, n, side, rng=np.random.default_rng(0))
     rel = cate.run(spec, frame, pl, side, rng=np.random.default_rng(0),
-                   noise_rng=np.random.default_rng(seed + 99))
+                   noise=NoiseGuard(pl, test_seed=seed + 99))
     tau_hat = rel.tables["cate"]["cate"].to_numpy()
     return float(np.sqrt(np.mean((tau_hat - theta1(QUERIES.to_numpy())) ** 2)))
 

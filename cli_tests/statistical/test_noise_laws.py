@@ -18,6 +18,7 @@ from dpcausal.mechanisms import (
     L2LaplaceMechanism,
     LaplaceMechanism,
 )
+from dpcausal.mechanisms._rng import noise_generator
 
 pytestmark = pytest.mark.statistical
 N = 20_000
@@ -25,7 +26,7 @@ N = 20_000
 
 def test_laplace_noise_law() -> None:
     mech = LaplaceMechanism(0.8, 2.0)
-    rng = np.random.default_rng(11)
+    rng = noise_generator(11)
     noise = mech.release(np.zeros(N), rng=rng)
     assert_three_arm(ks_three_arm(noise, lambda x, s: stats.laplace.cdf(x, scale=s), mech.scale))
 
@@ -33,14 +34,14 @@ def test_laplace_noise_law() -> None:
 @pytest.mark.parametrize("calibration", ["analytic", "classic"])
 def test_gaussian_noise_law(calibration: str) -> None:
     mech = GaussianMechanism(0.5, 1e-6, 3.0, calibration=calibration)  # type: ignore[arg-type]
-    noise = mech.release(np.zeros(N), rng=np.random.default_rng(12))
+    noise = mech.release(np.zeros(N), rng=noise_generator(12))
     assert_three_arm(ks_three_arm(noise, lambda x, s: stats.norm.cdf(x, scale=s), mech.sigma))
 
 
 @pytest.mark.parametrize("dim", [1, 5, 40])
 def test_l2_laplace_radius_law(dim: int) -> None:
     mech = L2LaplaceMechanism(1.5, 0.6, dim)
-    rng = np.random.default_rng(13 + dim)
+    rng = noise_generator(13 + dim)
     radii = np.array([np.linalg.norm(mech.sample_noise(rng=rng)) for _ in range(8000)])
     pv = ks_three_arm(radii, lambda x, s: stats.gamma.cdf(x, a=dim, scale=s), mech.scale)
     assert_three_arm(pv)
@@ -53,7 +54,7 @@ def test_l2_laplace_radius_law(dim: int) -> None:
 def test_l2_laplace_direction_is_uniform() -> None:
     dim = 6
     mech = L2LaplaceMechanism(1.0, 1.0, dim)
-    rng = np.random.default_rng(14)
+    rng = noise_generator(14)
     draws = np.array([mech.sample_noise(rng=rng) for _ in range(20_000)])
     units = draws / np.linalg.norm(draws, axis=1, keepdims=True)
     assert np.abs(units.mean(axis=0)).max() < 0.02
@@ -67,7 +68,7 @@ def test_l2_laplace_direction_is_uniform() -> None:
 def test_exponential_mechanism_frequencies_three_arm() -> None:
     utilities = np.array([0.0, 1.0, 2.5, 3.0, 3.2])
     mech = ExponentialMechanism(1.0, 0.5)
-    rng = np.random.default_rng(15)
+    rng = noise_generator(15)
     counts = np.bincount([mech.release(utilities, rng=rng) for _ in range(N)], minlength=5)
     pvalues = {}
     for f in SCALE_FACTORS:
@@ -81,7 +82,7 @@ def test_exponential_mechanism_frequencies_three_arm() -> None:
 def test_laplace_neighbour_ratio() -> None:
     eps, sens = 1.0, 1.0
     mech = LaplaceMechanism(eps, sens)
-    rng = np.random.default_rng(21)
+    rng = noise_generator(21)
     a = mech.release(np.zeros(200_000), rng=rng)
     b = mech.release(np.full(200_000, sens), rng=rng)
     for t in (-1.0, 0.0, 0.5, 1.0, 2.0):
@@ -97,7 +98,7 @@ def test_gaussian_neighbour_privacy_profile() -> None:
     # For the Gaussian mechanism the worst event is {x > t*}; check the analytic profile there.
     eps, delta, sens = 1.0, 1e-3, 1.0
     mech = GaussianMechanism(eps, delta, sens)
-    rng = np.random.default_rng(22)
+    rng = noise_generator(22)
     a = mech.release(np.zeros(400_000), rng=rng)
     b = mech.release(np.full(400_000, sens), rng=rng)
     for t in np.linspace(-2, 6, 9) * mech.sigma / 2:
@@ -107,7 +108,7 @@ def test_gaussian_neighbour_privacy_profile() -> None:
 def test_l2_laplace_density_ratio_is_bounded_by_eps() -> None:
     eps, sens, dim = 0.7, 2.0, 4
     mech = L2LaplaceMechanism(eps, sens, dim)
-    rng = np.random.default_rng(23)
+    rng = noise_generator(23)
 
     def log_density(t: np.ndarray, centre: np.ndarray) -> np.ndarray:
         return -np.linalg.norm(t - centre, axis=-1) / mech.scale
@@ -124,7 +125,7 @@ def test_l2_laplace_density_ratio_is_bounded_by_eps() -> None:
 def test_exponential_neighbour_ratio() -> None:
     eps, sens = 1.0, 1.0
     mech = ExponentialMechanism(eps, sens)
-    rng = np.random.default_rng(24)
+    rng = noise_generator(24)
     for _ in range(500):
         u = rng.uniform(-5, 5, size=6)
         u2 = u + rng.uniform(-sens, sens, size=6)

@@ -15,6 +15,8 @@ import pytest
 from scipy import stats
 
 from cli_tests.helpers import assert_three_arm, ks_three_arm
+from dpcausal.mechanisms import NoiseGuard
+from dpcausal.mechanisms._rng import noise_generator
 from dpcausal.methods import synth_control as sc
 from dpcausal.methods import synth_control_core as core
 from dpcausal.spec.synth_control import SynthControlSpec
@@ -44,10 +46,11 @@ def setup(n: int, t0: int, h: int, eps: float, seed: int = 0, **section: Any) ->
 def test_step1_radius_law_through_the_run_path(sensitivity: str, n: int) -> None:
     spec, plan, x, y = setup(n, 6, 3, 3.0, sensitivity=sensitivity)
     f_reg = core.ridge_coefficients(x[:, :6], y[:6], float(plan.details["lambda"]))
-    rng = np.random.default_rng(21)
     radii = np.array([
-        np.linalg.norm(sc.counterfactual_path(spec, x, y, 6, plan, noise_rng=rng)[1] - f_reg)
-        for _ in range(4000)])
+        np.linalg.norm(sc.counterfactual_path(spec, x, y, 6, plan,
+                                              noise=NoiseGuard(plan, test_seed=21_000 + i))[1]
+                       - f_reg)
+        for i in range(4000)])
     scale = plan.events[0].noise_scale
     assert scale == pytest.approx(plan.events[0].sensitivity / 1.5)
     pv = ks_three_arm(radii, lambda r, s: stats.gamma.cdf(r, a=n, scale=s), scale)
@@ -58,9 +61,9 @@ def test_step2_entrywise_laplace_law() -> None:
     n, h, eps2 = 6, 4, 1.5
     mech = core.post_mechanism(core.choose_step2("auto", n, h), eps2, n, h)
     assert mech.scale == pytest.approx(2 * h / eps2)
-    rng = np.random.default_rng(22)
+    rng = noise_generator(22)
     x = rng.uniform(-1, 1, (n, h))
-    w = np.concatenate([(core.privatize_post(x, mech, rng=rng) - x).ravel() for _ in range(800)])
+    w = (mech.release_many(x.ravel(), 800, rng=rng) - x.ravel()).ravel()
     pv = ks_three_arm(w, lambda v, s: stats.laplace.cdf(v, scale=s), 2 * h / eps2)
     assert_three_arm(pv)
 
@@ -70,9 +73,9 @@ def test_step2_matrix_l2_law() -> None:
     assert core.choose_step2("auto", n, h) == "matrix-l2"
     mech = core.post_mechanism("matrix-l2", eps2, n, h)
     b = 2 * math.sqrt(h) / eps2
-    rng = np.random.default_rng(23)
+    rng = noise_generator(23)
     x = rng.uniform(-1, 1, (n, h))
-    draws = np.array([core.privatize_post(x, mech, rng=rng) - x for _ in range(6000)])
+    draws = np.array([mech.release(x.ravel(), rng=rng).reshape(x.shape) - x for _ in range(6000)])
     norms = np.linalg.norm(draws.reshape(len(draws), -1), axis=1)
     assert_three_arm(ks_three_arm(norms, lambda r, s: stats.gamma.cdf(r, a=n * h, scale=s), b))
     # per-entry variance (nh + 1)b², uncorrelated entries
@@ -83,7 +86,7 @@ def test_step2_matrix_l2_law() -> None:
     # a larger pool: the radius law at dimension n·h = 30
     mech30 = core.post_mechanism("matrix-l2", eps2, 6, 5)
     x30 = rng.uniform(-1, 1, (6, 5))
-    r30 = np.array([np.linalg.norm(core.privatize_post(x30, mech30, rng=rng) - x30)
+    r30 = np.array([np.linalg.norm(mech30.release(x30.ravel(), rng=rng) - x30.ravel())
                     for _ in range(6000)])
     assert_three_arm(ks_three_arm(r30, lambda r, s: stats.gamma.cdf(r, a=30, scale=s), b))
 
@@ -100,9 +103,9 @@ def test_expected_error_formula_matches_monte_carlo(section: dict[str, Any]) -> 
     post = core.post_mechanism(plan.details["step2"], plan.events[1].epsilon, n, h)
     expected = core.expected_sq_error(x[:, t0:], f_reg, core.coefficient_noise_variance(coef),
                                       core.post_noise_variance(post))
-    rng = np.random.default_rng(24)
-    sq = np.array([np.sum((sc.counterfactual_path(spec, x, y, t0, plan, noise_rng=rng)[0] - base) ** 2)
-                   for _ in range(8000)])
+    sq = np.array([np.sum((sc.counterfactual_path(spec, x, y, t0, plan,
+                                                  noise=NoiseGuard(plan, test_seed=24_000 + i))[0]
+                           - base) ** 2) for i in range(8000)])
     se = sq.std(ddof=1) / math.sqrt(len(sq))
     assert abs(sq.mean() - expected) < 4 * se, (sq.mean(), expected, se)
     # the public bound (what the plan prints) is an upper bound on the realised formula
@@ -191,7 +194,8 @@ def test_error_falls_with_epsilon_and_default_beats_paper() -> None:
         spec, plan, x, y = setup(n, t0, h, eps, seed=4)
         f_reg = core.ridge_coefficients(x[:, :t0], y[:t0], float(plan.details["lambda"]))
         base = x[:, t0:].T @ f_reg
-        mc = float(np.mean([np.sum((sc.counterfactual_path(spec, x, y, t0, plan, noise_rng=rng)[0]
+        mc = float(np.mean([np.sum((sc.counterfactual_path(
+            spec, x, y, t0, plan, noise=NoiseGuard(plan, test_seed=int(rng.integers(2**31))))[0]
                                     - base) ** 2) for _ in range(400)]))
         assert mc < prev_mc
         prev_mc = mc

@@ -13,6 +13,7 @@ from scipy import stats
 
 from cli_tests.helpers import assert_three_arm, ks_three_arm
 from cli_tests.unit.test_two_stage_method import frame, make_spec
+from dpcausal.mechanisms._rng import noise_generator
 from dpcausal.methods import two_stage as ts
 from dpcausal.methods.two_stage_calib import calibrate
 from dpcausal.methods.two_stage_solver import qp_terms, sufficient_stats
@@ -37,7 +38,7 @@ def _recovered_noise(noise: str, delta: float, draws: int) -> tuple[np.ndarray, 
     gamma = float(plan.details["gamma"])
     h, g = sufficient_stats(data.x, data.t, w)
     p, _ = qp_terms(h, g, n, gamma, np.zeros(setup.fmap.dim))
-    noise_rng = np.random.default_rng(12345)
+    noise_rng = noise_generator(12345)
     out = []
     for _ in range(draws):
         mech = ts.mechanism(spec, cal, setup.fmap.dim)

@@ -44,7 +44,7 @@ def test_ledger_and_verify_use_the_same_rule(tmp_path: Path) -> None:
     cap = Budget(2.5, 1e-5)
     for _ in range(2):
         rec = build_receipt(plan, spec_sha256="0" * 64, outputs={}, seeded_noise=False,
-                            dataset="d")
+                            noise_source="chacha20/os-entropy", dataset="d")
         ledger.charge(rec, dataset="d", spec_cap=cap, requested=plan.cost)
     assert ledger.state("d", Budget(0.0), cap).spent == Budget(2.0, 2e-6)
     first = releases(tmp_path / "l.jsonl")[0]

@@ -14,6 +14,7 @@ from sklearn.kernel_ridge import KernelRidge
 from sklearn.linear_model import LogisticRegression, Ridge
 
 from dpcausal.errors import DataError, MissingBoundsError, SpecError, UncertifiedModeError
+from dpcausal.mechanisms import NoiseGuard
 from dpcausal.mechanisms.gaussian_process import gaussian_kernel
 from dpcausal.methods import cate
 from dpcausal.methods.cate_krr import fit_krr, huber_value, pseudo_outcomes
@@ -144,7 +145,7 @@ def test_at_huge_epsilon_the_release_equals_a_reference_learner(learner: str) ->
                      privacy={"epsilon": 1e20, "delta": 1e-6})
     pl = cate.plan(spec, len(frame), {}, rng=np.random.default_rng(0))
     rel = cate.run(spec, frame, pl, {}, rng=np.random.default_rng(0),
-                   noise_rng=np.random.default_rng(1))
+                   noise=NoiseGuard(pl, test_seed=1))
     table = rel.tables["cate"]
     ref = _reference_tau(frame, spec, table[["x0", "x1"]].to_numpy())
     assert np.allclose(table["cate"], ref, atol=1e-6, rtol=1e-6)
@@ -209,7 +210,7 @@ def test_queries_mode_search_release_is_close_at_large_epsilon() -> None:
                      privacy={"epsilon": 1e9, "delta": 1e-6})
     pl = cate.plan(spec, len(frame), {}, rng=np.random.default_rng(0))
     rel = cate.run(spec, frame, pl, {}, rng=np.random.default_rng(0),
-                   noise_rng=np.random.default_rng(2))
+                   noise=NoiseGuard(pl, test_seed=2))
     t = rel.tables["cate"]
     err = np.sqrt(np.mean((t["cate"] - theta1(t[["x0", "x1"]].to_numpy())) ** 2))
     assert err < 1.0
@@ -244,9 +245,10 @@ def test_missing_bounds_and_bad_treatment() -> None:
     frame = dataset1(200, 5)
     frame.loc[7, "A"] = 2
     spec = make_spec()
+    pl = cate.plan(spec, 200, {}, rng=np.random.default_rng(0))
     with pytest.raises(DataError, match="column 'A' must hold only 0 and 1"):
-        cate.run(spec, frame, cate.plan(spec, 200, {}, rng=np.random.default_rng(0)), {},
-                 rng=np.random.default_rng(0), noise_rng=np.random.default_rng(0))
+        cate.run(spec, frame, pl, {}, rng=np.random.default_rng(0),
+                 noise=NoiseGuard(pl, test_seed=0))
 
 
 def test_spec_validation() -> None:
@@ -273,7 +275,7 @@ def test_two_dimensional_grid_and_fixed_covariates() -> None:
     pl = cate.plan(spec, len(frame), {}, rng=np.random.default_rng(0))
     assert pl.details["queries"] == 81
     rel = cate.run(spec, frame, pl, {}, rng=np.random.default_rng(0),
-                   noise_rng=np.random.default_rng(1))
+                   noise=NoiseGuard(pl, test_seed=1))
     table = rel.tables["cate"]
     assert list(table.columns) == ["x0", "x1", "cate"] and len(table) == 81
     assert rel.figures["cate.png"][:4] == b"\x89PNG"

@@ -11,7 +11,7 @@ from cli_tests.helpers import assert_three_arm, ks_three_arm
 from cli_tests.unit.test_cate_method import dataset1, make_spec
 from dpcausal.learners.dp_logistic import PropensityModel
 from dpcausal.learners.dp_ridge import OutcomeModel
-from dpcausal.mechanisms import GaussianProcessMechanism
+from dpcausal.mechanisms import GaussianProcessMechanism, NoiseGuard
 from dpcausal.mechanisms.gaussian_process import gaussian_kernel
 from dpcausal.methods import cate, cate_rff
 from dpcausal.methods.cate_krr import huber_value, pseudo_outcomes
@@ -81,7 +81,7 @@ def test_rff_release_document_reproduces_the_table() -> None:
     pl = cate.plan(spec, len(frame), {}, rng=np.random.default_rng(0))
     assert "random Fourier" in pl.events[2].params["kernel"]
     rel = cate.run(spec, frame, pl, {}, rng=np.random.default_rng(0),
-                   noise_rng=np.random.default_rng(9))
+                   noise=NoiseGuard(pl, test_seed=9))
     doc = rel.documents["cate_function.json"]
     table = rel.tables["cate"]
     s = table[["x0", "x1"]].to_numpy()  # box [0, 1]: s(x) = x
@@ -168,21 +168,21 @@ def test_streamed_release_equals_the_in_memory_release(monkeypatch: pytest.Monke
     monkeypatch.setattr(cate_rff, "BLOCK_BYTES", 8 * 60 * 41)  # 41-row blocks
     monkeypatch.setattr(cate_rff, "CACHE_MB", 0.0)
     rel = cate.run(spec, frame, pl, {}, rng=np.random.default_rng(0),
-                   noise_rng=np.random.default_rng(9))
+                   noise=NoiseGuard(pl, test_seed=9))
     streamed = rel.tables["cate"]["cate"].to_numpy()
     # the in-memory path, step by step
     setup = build_setup(spec, len(frame))
     data = cate.prepare(spec, setup, frame)
-    noise = np.random.default_rng(9)
+    noise = NoiseGuard(pl, test_seed=9)
     prop_l, out_l = cate.nuisance_learners(spec, setup)
-    prop = prop_l.fit(data.x1, data.a1, clip=setup.kappa, noise_rng=noise)
-    outm = out_l.fit(data.x1, data.a1, data.y1, noise_rng=noise)
+    prop = prop_l.fit(data.x1, data.a1, clip=setup.kappa, noise=noise)
+    outm = out_l.fit(data.x1, data.a1, data.y1, noise=noise)
     rho, phi = pseudo_outcomes(setup.learner, data.a2, data.y2, prop.predict(data.x2),
                                outm.predict(data.x2, 0), outm.predict(data.x2, 1))
     feats = cate.rff_features(spec, setup)
     w = _dense_reference_fit(feats.transform(setup.box.unit(data.x2)), rho, phi, setup.lam0,
                              setup.huber_c, setup.grad_tol)
-    weights = cate.function_mechanism(spec, setup).release_weights(w, rng=noise)
+    weights = noise.release_weights(cate.function_mechanism(spec, setup), w)
     table = rel.tables["cate"]
     sq = setup.box.unit(table[["x0", "x1"]].to_numpy())
     assert np.allclose(streamed, feats.transform(sq) @ weights, rtol=0, atol=1e-9)

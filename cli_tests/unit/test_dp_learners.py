@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression, Ridge
 
+from cli_tests.helpers import noise_for
 from dpcausal.learners.dp_features import BoxFeatures
 from dpcausal.learners.dp_logistic import DPLogistic, fit_logistic
 from dpcausal.learners.dp_ridge import DPRidgeArms
@@ -92,9 +93,9 @@ def test_released_models_are_noised_with_the_planned_sigma() -> None:
     x, a, _ = _data(200, 7)
     learner = DPLogistic(BOX, 0.05, 0.5, 1e-6, 200)
     base = learner.fit_nonprivate(x, a)
-    rng = np.random.default_rng(8)
-    draws = np.array([learner.fit(x, a, clip=0.05, noise_rng=rng).theta - base for _ in range(400)])
+    draws = np.array([learner.fit(x, a, clip=0.05, noise=noise_for(learner.mechanism(), seed=i)
+                                  ).theta - base for i in range(400)])
     assert draws.std() == pytest.approx(learner.mechanism().sigma, rel=0.08)
-    model = learner.fit(x, a, clip=0.1, noise_rng=rng)
+    model = learner.fit(x, a, clip=0.1, noise=noise_for(learner.mechanism(), seed=400))
     p = model.predict(x)
     assert p.min() >= 0.1 and p.max() <= 0.9

@@ -14,8 +14,8 @@ from dpcausal.mechanisms import (
     L2LaplaceMechanism,
     LaplaceMechanism,
     analytic_gaussian_sigma,
-    noise_generator,
 )
+from dpcausal.mechanisms._rng import noise_generator
 from dpcausal.mechanisms.gaussian import classic_gaussian_sigma
 
 
@@ -96,6 +96,11 @@ def test_l2_laplace_refuses_wrong_shape() -> None:
 
 
 def test_noise_generator_unseeded_differs_and_seeded_repeats() -> None:
+    # privacy noise comes from ChaCha20 (a CSPRNG), full 20 rounds, never from PCG64
+    gen = noise_generator()
+    assert type(gen.bit_generator).__name__ == "ChaCha"
+    assert gen.bit_generator.state["state"]["rounds"] == 20
+    assert type(noise_generator(3).bit_generator).__name__ == "ChaCha"
     a = noise_generator().standard_normal(4)
     b = noise_generator().standard_normal(4)
     assert not np.array_equal(a, b)

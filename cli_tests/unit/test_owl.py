@@ -12,6 +12,7 @@ import pytest
 from scipy import optimize
 
 from dpcausal.errors import DataError, MissingBoundsError, SpecError
+from dpcausal.mechanisms import NoiseGuard
 from dpcausal.methods import owl
 from dpcausal.methods.owl_features import FeatureMap
 from dpcausal.solvers.erm import HuberHinge, solve_weighted_erm
@@ -297,7 +298,7 @@ def test_rule_round_trip_and_no_prenoise_fit() -> None:
     frame, new = make_frame(300, rng), make_frame(50, rng).drop(columns=["A", "B"])
     plan = owl.plan(spec, len(frame), {}, rng=rng)
     release = owl.run(spec, frame, plan, {"apply_to": new}, rng=rng,
-                      noise_rng=np.random.default_rng(16))
+                      noise=NoiseGuard(plan, test_seed=16))
     rule = release.documents["rule.json"]
     recs = owl.apply_rule(rule, new, Path("new.csv"))
     pd.testing.assert_frame_equal(recs, release.tables["recommendations"])

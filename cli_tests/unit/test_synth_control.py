@@ -12,7 +12,7 @@ from scipy import optimize
 from sklearn.linear_model import Ridge
 
 from dpcausal.errors import DataError, MissingBoundsError, SpecError, UncertifiedModeError
-from dpcausal.mechanisms import L2LaplaceMechanism, LaplaceMechanism
+from dpcausal.mechanisms import L2LaplaceMechanism, LaplaceMechanism, NoiseGuard
 from dpcausal.methods import synth_control as sc
 from dpcausal.methods import synth_control_core as core
 from dpcausal.methods.synth_control_panel import OutcomeMap, build_layout, value_matrix
@@ -269,13 +269,14 @@ def test_step2_auto_picks_lower_variance(n: int, h: int) -> None:
     assert core.choose_step2("matrix-l2", n, h) == "matrix-l2"
 
 
-def test_privatize_post_shapes() -> None:
+def test_post_mechanism_releases_the_flat_matrix() -> None:
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (4, 3))
     for kind in ("entrywise-l1", "matrix-l2"):
-        out = core.privatize_post(x, core.post_mechanism(kind, 1.0, 4, 3), rng=rng)
-        assert out.shape == (4, 3)
-        assert not np.allclose(out, x)
+        mech = core.post_mechanism(kind, 1.0, 4, 3)
+        out = mech.release(x.ravel(), rng=rng)  # the run releases vec(X_post), then reshapes
+        assert out.shape == (12,)
+        assert not np.allclose(out, x.ravel())
     assert isinstance(core.post_mechanism("matrix-l2", 1.0, 4, 3), L2LaplaceMechanism)
 
 
@@ -348,7 +349,7 @@ def test_huge_epsilon_equals_nonprivate_ridge(section: dict[str, Any]) -> None:
     spec = make_spec(privacy={"epsilon": 1e13}, release_weights=True, **section)
     plan = plan_for(spec, frame)
     release = sc.run(spec, frame, plan, {}, rng=np.random.default_rng(0),
-                     noise_rng=np.random.default_rng(1))
+                     noise=NoiseGuard(plan, test_seed=1))
     table = release.tables["counterfactual"]
     piv = frame.pivot(index="unit", columns="time", values="y")
     omap = OutcomeMap.from_spec(spec)

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from dpcausal.errors import MissingBoundsError, PrivacyError, SpecError, UncertifiedModeError
+from dpcausal.mechanisms import NoiseGuard
 from dpcausal.methods import two_stage as ts
 from dpcausal.spec.two_stage import TwoStageSpec
 
@@ -122,7 +123,7 @@ def test_large_epsilon_equals_nonprivate(weights: str, l1: float) -> None:
     df = frame(400)
     plan = ts.plan(spec, 400, {}, rng=np.random.default_rng(0))
     release = ts.run(spec, df, plan, {}, rng=np.random.default_rng(0),
-                     noise_rng=np.random.default_rng(1))
+                     noise=NoiseGuard(plan, test_seed=1))
     theta = np.array(release.documents["rule.json"]["theta"])
     setup = ts.build_setup(spec)
     data = ts.prepare(spec, setup, df, None)
@@ -141,7 +142,7 @@ def test_rule_roundtrip_and_sign(tmp_path: Path) -> None:
     df = frame(2000, seed=4)
     plan = ts.plan(spec, 2000, {}, rng=np.random.default_rng(0))
     rule = ts.run(spec, df, plan, {}, rng=np.random.default_rng(0),
-                  noise_rng=np.random.default_rng(1)).documents["rule.json"]
+                  noise=NoiseGuard(plan, test_seed=1)).documents["rule.json"]
     new = pd.DataFrame({"x1": [0.9, -0.9], "x2": [0.0, 0.0], "x3": [0.0, 0.0], "x4": [-0.5, 0.5],
                         "id": ["p", "q"]})
     recs = ts.apply_rule(rule, new, tmp_path / "new.csv")

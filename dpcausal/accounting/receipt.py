@@ -45,6 +45,7 @@ def build_receipt(
     spec_sha256: str,
     outputs: dict[str, str],
     seeded_noise: bool,
+    noise_source: str,
     dataset: str | None = None,
     engine: dict[str, Any] | None = None,
     created_at: str | None = None,
@@ -62,6 +63,8 @@ def build_receipt(
         Output path (as written, relative to the output directory) → SHA-256 of its bytes.
     seeded_noise
         True when the noise came from a test seed: the receipt then carries no DP guarantee.
+    noise_source
+        The privacy generator, for ``rng`` (e.g. ``"chacha20/os-entropy"``).
     dataset
         The ledger's dataset label, if any.
     engine
@@ -89,7 +92,7 @@ def build_receipt(
         "events": [e.to_dict() for e in plan.events],
         "assumptions": plan.assumptions,
         "outputs": [{"path": p, "sha256": h} for p, h in outputs.items()],
-        "rng": "seeded-test" if seeded_noise else "os-entropy",
+        "rng": noise_source,
     }
     if engine is not None:
         receipt["engine"] = engine

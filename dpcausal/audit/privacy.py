@@ -22,7 +22,7 @@ from dpcausal.accounting.budget import compose_events
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.audit.estimators import EventLoss, LowerBound, epsilon_lower_bound, event_loss
 from dpcausal.audit.neighbours import Pair
-from dpcausal.mechanisms import noise_generator
+from dpcausal.mechanisms import NoiseGuard
 from dpcausal.methods.base import MethodDef, Release
 
 FloatArray = npt.NDArray[np.float64]
@@ -151,7 +151,7 @@ def run_audit(
         for side_i, data in enumerate(worst):
             for t in range(trials):
                 release = method.run(spec, data, plan, side, rng=np.random.default_rng(t),
-                                     noise_rng=noise_generator(2 * t + side_i))
+                                     noise=NoiseGuard(plan, test_seed=2 * t + side_i))
                 outs[side_i].append(adapter.output_vector(release))
                 if progress:
                     progress("releases", side_i * trials + t + 1, 2 * trials)

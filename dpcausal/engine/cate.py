@@ -61,6 +61,7 @@ from dpcausal.learners.dp_logistic import (
 )
 from dpcausal.learners.dp_ridge import OutcomeModel, arm_sums, solve_ridge_arms
 from dpcausal.learners.rounding import block_total, exact_total
+from dpcausal.mechanisms import NoiseGuard
 from dpcausal.methods.base import Release
 from dpcausal.methods.cate import (
     build_release,
@@ -184,7 +185,7 @@ def fit_propensity(engine: Engine, m: int, d: int, l2: float,
 
 
 def fit_nuisances(spec: CateSpec, setup: CateSetup, engine: Engine,
-                  bits: npt.NDArray[np.uint8], noise_rng: np.random.Generator
+                  bits: npt.NDArray[np.uint8], noise: NoiseGuard
                   ) -> tuple[PropensityModel, OutcomeModel]:
     """The DP nuisances on D̃, noised once each on the client (propensity first, as in memory)."""
     prop_l, out_l = nuisance_learners(spec, setup)
@@ -194,8 +195,8 @@ def fit_nuisances(spec: CateSpec, setup: CateSetup, engine: Engine,
         functools.partial(first_pass, center=out_l.center, d=d)))
     theta_e = fit_propensity(engine, setup.n_nuisance, d, prop_l.l2, first)
     theta_mu = solve_ridge_arms(grams, rhs, setup.n_nuisance, out_l.l2)
-    prop = prop_l.release(theta_e, clip=setup.kappa, noise_rng=noise_rng)
-    outm = out_l.release(theta_mu, noise_rng=noise_rng)
+    prop = prop_l.release(theta_e, clip=setup.kappa, noise=noise)
+    outm = out_l.release(theta_mu, noise=noise)
     return prop, outm
 
 
@@ -206,7 +207,7 @@ def nuisance_mask(spec: CateSpec, setup: CateSetup) -> split.Packed:
 
 
 def run(spec: CateSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, Any], *,
-        rng: np.random.Generator, noise_rng: np.random.Generator) -> Release:
+        rng: np.random.Generator, noise: NoiseGuard) -> Release:
     """As ``cate.run`` for ``features: rff``, with the data passes on ``engine``."""
     if spec.cate.features != "rff":
         raise SpecError(f"cate.features: '{spec.cate.features}' has no engine path; set "
@@ -214,13 +215,13 @@ def run(spec: CateSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, Any],
     setup = build_setup(spec, engine.n_rows)
     queries = query_points(spec, setup, side)
     bits = nuisance_mask(spec, setup)
-    prop, outm = fit_nuisances(spec, setup, engine, bits, noise_rng)
+    prop, outm = fit_nuisances(spec, setup, engine, bits, noise)
     feats = rff_features(spec, setup)
     engine.load(functools.partial(prepare_second, spec, setup, bits, prop, outm))
     del bits
     fit = solve_rff_engine(engine, feats, n=setup.n, lam0=setup.lam0, huber_c=setup.huber_c,
                            grad_tol=setup.grad_tol)
-    weights = function_mechanism(spec, setup).release_weights(fit.w, rng=noise_rng)
+    weights = noise.release_weights(function_mechanism(spec, setup), fit.w)
     sq = setup.box.unit(queries[list(setup.covariates)].to_numpy(dtype=np.float64))
     release = build_release(spec, setup, queries, feats.evaluate(sq, weights), weights)
     # public facts only: the pass and iteration counts follow the data, so they are never published

@@ -20,6 +20,7 @@ from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.engine.base import Engine, batch_error
 from dpcausal.engine.newton import Part, solve_erm_engine
 from dpcausal.errors import DataError
+from dpcausal.mechanisms import NoiseGuard
 from dpcausal.methods._arms import label_matches
 from dpcausal.methods.base import Release
 from dpcausal.methods.owl import (
@@ -43,14 +44,14 @@ def prepare_batch(spec: OwlSpec, setup: OwlSetup, frame: pd.DataFrame, start: in
 
 
 def run(spec: OwlSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, pd.DataFrame], *,
-        rng: np.random.Generator, noise_rng: np.random.Generator) -> Release:
+        rng: np.random.Generator, noise: NoiseGuard) -> Release:
     """Fit over the engine's passes, perturb once on the client, build the rule (as ``owl.run``)."""
     setup = build_setup(spec)
     gamma = float(plan.details["gamma"])
     engine.load(functools.partial(prepare_batch, spec, setup))
     sol = solve_erm_engine(engine, d=setup.fmap.dim, gamma=gamma, loss=setup.loss,
                            grad_tol=setup.grad_tol)
-    theta = mechanism(setup, gamma, spec.privacy.epsilon).release(sol.theta, rng=noise_rng)
+    theta = noise.release(mechanism(setup, gamma, spec.privacy.epsilon), sol.theta)
     rule = rule_document(spec, setup, theta, plan)
     release = Release(documents={"rule.json": rule})
     summary: dict[str, Any] = {"released_theta_norm": float(np.linalg.norm(theta)),

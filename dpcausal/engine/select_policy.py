@@ -32,6 +32,7 @@ from dpcausal.io.tables import numeric_column
 from dpcausal.learners import CertifiedLogistic, CertifiedRidge, UnitBoxFeatures
 from dpcausal.learners.logistic import logistic_sums
 from dpcausal.learners.rounding import exact_total
+from dpcausal.mechanisms import NoiseGuard
 from dpcausal.methods.base import Release
 from dpcausal.methods.select_policy import (
     Setup,
@@ -159,13 +160,13 @@ def compute_utilities(spec: SelectPolicySpec, setup: Setup, engine: Engine,
 
 
 def run(spec: SelectPolicySpec, engine: Engine, plan: PrivacyPlan, side: dict[str, Any], *,
-        rng: np.random.Generator, noise_rng: np.random.Generator) -> Release:
+        rng: np.random.Generator, noise: NoiseGuard) -> Release:
     """As ``select_policy.run``, with the utilities computed on the engine."""
     setup = build_setup(spec, engine.n_rows, side)
     if setup.library.sha256 != plan.details["library_sha256"]:
         raise SpecError("the policy library changed between the plan and the run; rerun")
     utilities = compute_utilities(spec, setup, engine, side)
-    doc, value_doc = release_selection(spec, setup, utilities, plan, noise_rng=noise_rng)
+    doc, value_doc = release_selection(spec, setup, utilities, plan, noise=noise)
     del utilities
     summary: dict[str, Any] = {"selected_policy": doc["selected"]["name"],
                                "library_size": setup.library.size, "delta": setup.delta,

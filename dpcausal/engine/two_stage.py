@@ -67,6 +67,7 @@ import pandas as pd
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.engine.base import Engine, batch_error
 from dpcausal.errors import DataError
+from dpcausal.mechanisms import NoiseGuard
 from dpcausal.methods import two_stage_weights as wts
 from dpcausal.methods.base import Release
 from dpcausal.methods.two_stage import (
@@ -351,14 +352,14 @@ def _stats_ok(bad: FloatArray, tot: FloatArray) -> bool:
 
 
 def run(spec: TwoStageSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, pd.DataFrame],
-        *, rng: np.random.Generator, noise_rng: np.random.Generator) -> Release:
+        *, rng: np.random.Generator, noise: NoiseGuard) -> Release:
     """Stage 1 and the stage-2 statistics on the engine; b drawn once and θ solved on the client."""
     refuse_mmd_on_engine(spec)
     setup = build_setup(spec)
     n = engine.n_rows  # the engine checks every pass streams exactly these rows
     engine.load(functools.partial(prepare_batch, spec, setup))
     h, g = stage2_stats(spec, setup, engine, n)
-    release = release_rule(spec, setup, plan, h, g, n, side, noise_rng=noise_rng)
+    release = release_rule(spec, setup, plan, h, g, n, side, noise=noise)
     del h, g
     release.summary["engine"] = engine.description
     return release

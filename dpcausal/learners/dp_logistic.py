@@ -11,7 +11,7 @@ from scipy.special import expit, log_expit
 
 from dpcausal.learners.dp_features import BoxFeatures
 from dpcausal.learners.rounding import LogisticAccuracy, block_total, damped_newton
-from dpcausal.mechanisms import GaussianMechanism
+from dpcausal.mechanisms import GaussianMechanism, NoiseGuard
 
 FloatArray = npt.NDArray[np.float64]
 GRAD_TOL = 1e-10
@@ -161,12 +161,12 @@ class DPLogistic:
         return fit_logistic(self.features.transform(x), a, self.l2)
 
     def fit(self, x: FloatArray, a: FloatArray, *, clip: float,
-            noise_rng: np.random.Generator) -> PropensityModel:
+            noise: NoiseGuard) -> PropensityModel:
         """Fit and release a DP propensity model (clipped to [κ, 1 − κ] when predicting)."""
-        return self.release(self.fit_nonprivate(x, a), clip=clip, noise_rng=noise_rng)
+        return self.release(self.fit_nonprivate(x, a), clip=clip, noise=noise)
 
     def release(self, theta_hat: FloatArray, *, clip: float,
-                noise_rng: np.random.Generator) -> PropensityModel:
+                noise: NoiseGuard) -> PropensityModel:
         """Perturb a certified θ̂ (accepted by ``accuracy`` on the m records) once: the DP model."""
-        theta = self.mechanism().release(theta_hat, rng=noise_rng)
+        theta = noise.release(self.mechanism(), theta_hat)
         return PropensityModel(self.features, theta, clip)

@@ -16,7 +16,7 @@ from dpcausal.learners.rounding import (
     ridge_problem,
     solve_spd,
 )
-from dpcausal.mechanisms import GaussianMechanism
+from dpcausal.mechanisms import GaussianMechanism, NoiseGuard
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -140,15 +140,15 @@ class DPRidgeArms:
         return OutcomeModel(self.features, theta.reshape(2, -1), self.center, self.y_bounds)
 
     def fit(self, x: FloatArray, a: FloatArray, y: FloatArray, *,
-            noise_rng: np.random.Generator) -> OutcomeModel:
+            noise: NoiseGuard) -> OutcomeModel:
         """Fit and release DP outcome models for both arms."""
-        return self.release(self.fit_nonprivate(x, a, y), noise_rng=noise_rng)
+        return self.release(self.fit_nonprivate(x, a, y), noise=noise)
 
     def residuals(self, y: FloatArray) -> FloatArray:
         """r = clip(y, y_lo, y_hi) − c, the centred outcome the ridge fits."""
         return np.clip(y, *self.y_bounds) - self.center
 
-    def release(self, theta_hat: FloatArray, *, noise_rng: np.random.Generator) -> OutcomeModel:
+    def release(self, theta_hat: FloatArray, *, noise: NoiseGuard) -> OutcomeModel:
         """Perturb the solved (θ̂₀, θ̂₁) once: the DP outcome models."""
-        noised = self.mechanism().release(theta_hat.ravel(), rng=noise_rng)
+        noised = noise.release(self.mechanism(), theta_hat.ravel())
         return self.model(noised)

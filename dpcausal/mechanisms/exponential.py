@@ -68,7 +68,13 @@ class ExponentialMechanism:
 
     def release(self, utilities: npt.ArrayLike, *, rng: np.random.Generator) -> int:
         """Return the index of the selected candidate."""
+        return int(self.release_many(utilities, 1, rng=rng)[0])
+
+    def release_many(self, utilities: npt.ArrayLike, count: int, *,
+                     rng: np.random.Generator) -> npt.NDArray[np.int64]:
+        """``count`` independent selections from the same utilities."""
         u = np.asarray(utilities, dtype=np.float64)
         if u.ndim != 1 or u.size == 0 or not np.all(np.isfinite(u)):
             raise ValueError("utilities must be a non-empty 1-d array of finite values")
-        return int(np.argmax((u - u.max()) / self.temperature + rng.gumbel(0.0, 1.0, size=u.shape)))
+        scores = (u - u.max()) / self.temperature + rng.gumbel(0.0, 1.0, size=(count, u.size))
+        return np.argmax(scores, axis=1).astype(np.int64)

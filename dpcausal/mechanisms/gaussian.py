@@ -117,5 +117,11 @@ class GaussianMechanism:
         self, value: npt.ArrayLike, *, rng: np.random.Generator
     ) -> npt.NDArray[np.float64]:
         """Return ``value`` plus N(0, σ²) noise in every coordinate."""
+        return self.release_many(value, 1, rng=rng)[0]
+
+    def release_many(
+        self, value: npt.ArrayLike, count: int, *, rng: np.random.Generator
+    ) -> npt.NDArray[np.float64]:
+        """``count`` independent releases of ``value``, stacked on a new first axis."""
         arr = np.asarray(value, dtype=np.float64)
-        return arr + rng.normal(0.0, self.sigma, size=arr.shape)
+        return arr + rng.normal(0.0, self.sigma, size=(count, *arr.shape))

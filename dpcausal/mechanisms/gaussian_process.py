@@ -133,10 +133,15 @@ class GaussianProcessMechanism:
         function x ↦ ζ(x)ᵀ(w + σξ) is this release. It is the Gaussian mechanism on w with ℓ2
         sensitivity ``rkhs_sensitivity`` (a bound on ‖w_D − w_D′‖₂), hence (ε, δ)-DP at σ.
         """
+        return self.release_weights_many(weights, 1, rng=rng)[0]
+
+    def release_weights_many(self, weights: npt.ArrayLike, count: int, *,
+                             rng: np.random.Generator) -> FloatArray:
+        """``count`` independent :meth:`release_weights` draws, shape (count, len(weights))."""
         w = np.asarray(weights, dtype=np.float64)
         if w.ndim != 1:
             raise ValueError(f"weights must be 1-d, got shape {w.shape}")
-        return w + self.sigma * rng.standard_normal(w.shape[0])
+        return w + self.sigma * rng.standard_normal((count, w.shape[0]))
 
     def noise_cholesky(self, gram: FloatArray) -> FloatArray:
         """Lower Cholesky factor of k0(X, X) + τI with the smallest jitter τ ≥ 1e-10·d that works."""
@@ -164,6 +169,18 @@ class GaussianProcessMechanism:
         Give either ``points`` (d × q, in the coordinates the kernel is defined on) or ``gram`` =
         k0(X, X) (d × d). Duplicate points get identical noise (same path).
         """
+        return self.release_many(values_at_points, 1, rng=rng, gram=gram, points=points)[0]
+
+    def release_many(
+        self,
+        values_at_points: npt.ArrayLike,
+        count: int,
+        *,
+        rng: np.random.Generator,
+        gram: npt.ArrayLike | None = None,
+        points: npt.ArrayLike | None = None,
+    ) -> FloatArray:
+        """``count`` independent :meth:`release` draws (independent paths), shape (count, d)."""
         vals = np.asarray(values_at_points, dtype=np.float64)
         if vals.ndim != 1:
             raise ValueError(f"values_at_points must be 1-d, got shape {vals.shape}")
@@ -179,8 +196,8 @@ class GaussianProcessMechanism:
         if k.ndim != 2 or k.shape[0] != k.shape[1] or inverse.shape[0] != vals.shape[0]:
             raise ValueError("the kernel matrix / points do not match values_at_points")
         chol = self.noise_cholesky(k)
-        path = chol @ rng.standard_normal(k.shape[0])
-        return vals + self.sigma * path[np.ravel(inverse)]
+        paths = (chol @ rng.standard_normal((k.shape[0], count))).T
+        return vals + self.sigma * paths[:, np.ravel(inverse)]
 
 
 PATH_NUGGET = 1e-8

@@ -65,7 +65,13 @@ class GaussianNoiseVector:
         self, value: npt.ArrayLike, *, rng: np.random.Generator
     ) -> npt.NDArray[np.float64]:
         """Return ``value`` (shape (dim,)) plus one N(0, σ² I) draw."""
+        return self.release_many(value, 1, rng=rng)[0]
+
+    def release_many(
+        self, value: npt.ArrayLike, count: int, *, rng: np.random.Generator
+    ) -> npt.NDArray[np.float64]:
+        """``count`` independent releases of ``value``, shape (count, dim)."""
         arr = np.asarray(value, dtype=np.float64)
         if arr.shape != (int(self.dim),):
             raise ValueError(f"value must have shape ({self.dim},), got {arr.shape}")
-        return arr + rng.normal(0.0, self.sigma, size=arr.shape)
+        return arr + rng.normal(0.0, self.sigma, size=(count, *arr.shape))

@@ -66,21 +66,32 @@ class L2LaplaceMechanism:
             params={"dim": int(self.dim), "expected_noise_norm": self.expected_norm},
         )
 
-    def sample_noise(self, *, rng: np.random.Generator) -> npt.NDArray[np.float64]:
-        """Draw one noise vector b."""
-        direction = rng.standard_normal(int(self.dim))
-        norm = float(np.linalg.norm(direction))
-        while norm == 0.0:  # probability zero, but never divide by it
-            direction = rng.standard_normal(int(self.dim))
-            norm = float(np.linalg.norm(direction))
-        radius = rng.gamma(shape=float(self.dim), scale=self.scale)
-        return radius * direction / norm
+    def sample_noise(
+        self, *, rng: np.random.Generator, count: int | None = None
+    ) -> npt.NDArray[np.float64]:
+        """Draw one noise vector b (``count=None``) or ``count`` of them, shape (count, dim)."""
+        rows = 1 if count is None else int(count)
+        direction = rng.standard_normal((rows, int(self.dim)))
+        norm = np.linalg.norm(direction, axis=1)
+        while np.any(norm == 0.0):  # probability zero, but never divide by it
+            zero = norm == 0.0
+            direction[zero] = rng.standard_normal((int(zero.sum()), int(self.dim)))
+            norm = np.linalg.norm(direction, axis=1)
+        radius = rng.gamma(shape=float(self.dim), scale=self.scale, size=rows)
+        noise = (radius / norm)[:, None] * direction
+        return noise[0] if count is None else noise
 
     def release(
         self, value: npt.ArrayLike, *, rng: np.random.Generator
     ) -> npt.NDArray[np.float64]:
         """Return ``value`` (a vector of length ``dim``) plus one noise vector."""
+        return self.release_many(value, 1, rng=rng)[0]
+
+    def release_many(
+        self, value: npt.ArrayLike, count: int, *, rng: np.random.Generator
+    ) -> npt.NDArray[np.float64]:
+        """``count`` independent releases of ``value``, shape (count, dim)."""
         arr = np.asarray(value, dtype=np.float64)
         if arr.shape != (int(self.dim),):
             raise ValueError(f"value must have shape ({self.dim},), got {arr.shape}")
-        return arr + self.sample_noise(rng=rng)
+        return arr + np.atleast_2d(self.sample_noise(rng=rng, count=count))

@@ -57,5 +57,11 @@ class LaplaceMechanism:
         self, value: npt.ArrayLike, *, rng: np.random.Generator
     ) -> npt.NDArray[np.float64]:
         """Return ``value`` plus Laplace noise of scale b in every coordinate."""
+        return self.release_many(value, 1, rng=rng)[0]
+
+    def release_many(
+        self, value: npt.ArrayLike, count: int, *, rng: np.random.Generator
+    ) -> npt.NDArray[np.float64]:
+        """``count`` independent releases of ``value``, stacked on a new first axis."""
         arr = np.asarray(value, dtype=np.float64)
-        return arr + rng.laplace(0.0, self.scale, size=arr.shape)
+        return arr + rng.laplace(0.0, self.scale, size=(count, *arr.shape))

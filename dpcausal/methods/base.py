@@ -61,7 +61,8 @@ class MethodDef:
 
     ``data_columns(spec)`` lists the sensitive file's columns to read; ``side_inputs(spec)`` the
     public files; ``plan(spec, n_rows, side, *, rng)`` builds the plan from public inputs alone;
-    ``run(spec, frame, plan, side, *, rng, noise_rng)`` computes the release.
+    ``run(spec, frame, plan, side, *, rng, noise)`` computes the release, drawing privacy noise only
+    through ``noise`` (the run's :class:`~dpcausal.mechanisms.NoiseGuard`, built from ``plan``).
     """
 
     command: str

@@ -27,7 +27,7 @@ from dpcausal.errors import DataError, SpecError
 from dpcausal.io.tables import numeric_column
 from dpcausal.learners.dp_logistic import DPLogistic, PropensityModel
 from dpcausal.learners.dp_ridge import DPRidgeArms, OutcomeModel
-from dpcausal.mechanisms import GaussianProcessMechanism
+from dpcausal.mechanisms import GaussianProcessMechanism, NoiseGuard
 from dpcausal.mechanisms.gaussian_vector import GaussianNoiseVector
 from dpcausal.methods import _split
 from dpcausal.methods.base import MethodDef, Release, SideInput
@@ -405,33 +405,36 @@ def search_gamma(spec: CateSpec, setup: CateSetup, fit: KrrFit, rho: FloatArray,
 
 
 def run(spec: CateSpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, Any], *,
-        rng: np.random.Generator, noise_rng: np.random.Generator) -> Release:
+        rng: np.random.Generator, noise: NoiseGuard) -> Release:
     """Fit the DP nuisances on D̃, the second stage on D, and release τ̂ at the query points."""
     setup = build_setup(spec, len(frame))
     queries = query_points(spec, setup, side)
     data = prepare(spec, setup, frame)
     prop_l, out_l = nuisance_learners(spec, setup)
-    prop = prop_l.fit(data.x1, data.a1, clip=setup.kappa, noise_rng=noise_rng)
-    outm = out_l.fit(data.x1, data.a1, data.y1, noise_rng=noise_rng)
+    prop = prop_l.fit(data.x1, data.a1, clip=setup.kappa, noise=noise)
+    outm = out_l.fit(data.x1, data.a1, data.y1, noise=noise)
     sq = setup.box.unit(queries[list(setup.covariates)].to_numpy(dtype=np.float64))
     weights = None
     if spec.cate.features == "rff":
         feats = rff_features(spec, setup)
         w_hat = second_stage_rff(setup, feats, prop, outm, data.x2, data.a2, data.y2)
-        weights = function_mechanism(spec, setup).release_weights(w_hat, rng=noise_rng)
+        weights = noise.release_weights(function_mechanism(spec, setup), w_hat)
         del w_hat
         tau = feats.evaluate(sq, weights)
     else:
         fit, rho, _ = second_stage(setup, prop, outm, data.x2, data.a2, data.y2)
         g_q = fit.predict(sq)
         if spec.cate.mode == "function":
-            tau = function_mechanism(spec, setup).release(g_q, rng=noise_rng, points=sq)
+            tau = noise.release(function_mechanism(spec, setup), g_q, points=sq)
         else:
             if spec.cate.gamma_method == "certified":
                 gamma = certified_gamma(setup, len(queries))
-            else:
-                gamma = search_gamma(spec, setup, fit, rho, prop, outm, sq)
-            tau = queries_mechanism(spec, setup, len(queries), gamma).release(g_q, rng=noise_rng)
+                tau = noise.release(queries_mechanism(spec, setup, len(queries), gamma), g_q)
+            else:  # γ(T, D) is data-dependent (smooth sensitivity): the planned mechanism is per
+                # unit of γ, so release g/γ through it and scale back: g + γ·c·N(0, I) exactly
+                gamma = max(search_gamma(spec, setup, fit, rho, prop, outm, sq), 1e-300)
+                unit = queries_mechanism(spec, setup, len(queries), None)
+                tau = gamma * noise.release(unit, g_q / gamma)
         del g_q, fit, rho
     return build_release(spec, setup, queries, tau, weights)
 

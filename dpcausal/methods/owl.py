@@ -19,7 +19,7 @@ import pandas as pd
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.errors import DataError, MissingBoundsError, SpecError
 from dpcausal.io.tables import numeric_column, numeric_columns, same_file
-from dpcausal.mechanisms import L2LaplaceMechanism
+from dpcausal.mechanisms import L2LaplaceMechanism, NoiseGuard
 from dpcausal.methods._arms import label_matches, treated_mask
 from dpcausal.methods.base import MethodDef, Release, SideInput
 from dpcausal.methods.owl_features import (
@@ -277,13 +277,13 @@ def recommend(fmap: FeatureMap, theta: FloatArray, x: FloatArray) -> npt.NDArray
 
 
 def run(spec: OwlSpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, pd.DataFrame], *,
-        rng: np.random.Generator, noise_rng: np.random.Generator) -> Release:
+        rng: np.random.Generator, noise: NoiseGuard) -> Release:
     """Fit, perturb, and build the rule (and recommendations for ``apply_to``)."""
     setup = build_setup(spec)
     gamma = float(plan.details["gamma"])
     data = prepare(spec, setup, frame, spec.data.path)
     theta_hat = fit_nonprivate(setup, data, gamma)
-    theta = mechanism(setup, gamma, spec.privacy.epsilon).release(theta_hat, rng=noise_rng)
+    theta = noise.release(mechanism(setup, gamma, spec.privacy.epsilon), theta_hat)
     del theta_hat
     rule = rule_document(spec, setup, theta, plan)
     release = Release(documents={"rule.json": rule})

@@ -31,7 +31,7 @@ from dpcausal.learners import (
     certify_spillover,
 )
 from dpcausal.learners.certificate import score_bounds
-from dpcausal.mechanisms import ExponentialMechanism, LaplaceMechanism
+from dpcausal.mechanisms import ExponentialMechanism, LaplaceMechanism, NoiseGuard
 from dpcausal.methods import _split
 from dpcausal.methods._arms import treated_mask
 from dpcausal.methods.base import MethodDef, Release, SideInput
@@ -344,7 +344,7 @@ def compute_utilities(spec: SelectPolicySpec, setup: Setup, frame: pd.DataFrame,
 
 
 def release_selection(spec: SelectPolicySpec, setup: Setup, utilities: npt.NDArray[np.float64],
-                      plan: PrivacyPlan, *, noise_rng: np.random.Generator
+                      plan: PrivacyPlan, *, noise: NoiseGuard
                       ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The private steps, shared by every engine: pick a policy by the exponential mechanism over
     ``utilities`` and, if asked, release its value by the Laplace mechanism.
@@ -352,11 +352,11 @@ def release_selection(spec: SelectPolicySpec, setup: Setup, utilities: npt.NDArr
     Returns the selection document and the value document (or None).
     """
     sec = spec.select_policy
-    k = choice_mechanism(setup, spec.privacy.epsilon).release(utilities, rng=noise_rng)
+    k = int(noise.release(choice_mechanism(setup, spec.privacy.epsilon), utilities))
     value_doc = None
     if sec.value_release is not None:
         mech = value_mechanism(setup, sec.value_release.epsilon)
-        noisy = float(mech.release(np.array([utilities[k] / setup.n]), rng=noise_rng)[0])
+        noisy = float(noise.release(mech, np.array([utilities[k] / setup.n]))[0])
         value_doc = {"value": noisy, "epsilon": mech.epsilon, "sensitivity": mech.l1_sensitivity,
                      "laplace_scale": mech.scale,
                      "estimand": "DR (AIPW) mean over the scoring block, V = U/n"}
@@ -364,13 +364,13 @@ def release_selection(spec: SelectPolicySpec, setup: Setup, utilities: npt.NDArr
 
 
 def run(spec: SelectPolicySpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, Any], *,
-        rng: np.random.Generator, noise_rng: np.random.Generator) -> Release:
+        rng: np.random.Generator, noise: NoiseGuard) -> Release:
     """Score every policy, release one by the exponential mechanism (and optionally its value)."""
     setup = build_setup(spec, len(frame), side)
     if setup.library.sha256 != plan.details["library_sha256"]:
         raise SpecError("the policy library changed between the plan and the run; rerun")
     utilities = compute_utilities(spec, setup, frame, side)
-    doc, value_doc = release_selection(spec, setup, utilities, plan, noise_rng=noise_rng)
+    doc, value_doc = release_selection(spec, setup, utilities, plan, noise=noise)
     del utilities
     summary: dict[str, Any] = {"selected_policy": doc["selected"]["name"],
                                "library_size": setup.library.size, "delta": setup.delta}

@@ -16,6 +16,7 @@ import pandas as pd
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.errors import DataError, SpecError, UncertifiedModeError
 from dpcausal.learners.rounding import cholesky_completes, gamma
+from dpcausal.mechanisms import NoiseGuard
 from dpcausal.methods import synth_control_core as core
 from dpcausal.methods.base import MethodDef, Release, SideInput
 from dpcausal.methods.synth_control_panel import (
@@ -150,7 +151,7 @@ def _check_same_structure(layout: PanelLayout, plan: PrivacyPlan) -> None:
 
 
 def counterfactual_path(spec: SynthControlSpec, x: np.ndarray, y: np.ndarray, t0: int,
-                        plan: PrivacyPlan, *, noise_rng: np.random.Generator
+                        plan: PrivacyPlan, *, noise: NoiseGuard
                         ) -> tuple[np.ndarray, np.ndarray]:
     """Private (y_out, f_out) in mapped units from mapped donors x (n × T) and target y (T)."""
     sec = spec.synth_control
@@ -160,18 +161,19 @@ def counterfactual_path(spec: SynthControlSpec, x: np.ndarray, y: np.ndarray, t0
     eps1, eps2 = float(plan.details["epsilon1"]), float(plan.details["epsilon2"])
     if sec.method == "out":
         coef = core.coefficient_mechanism(eps1, plan.events[0].sensitivity, n)
-        f_out = coef.release(core.ridge_coefficients(x[:, :t0], y[:t0], lam), rng=noise_rng)
+        f_out = noise.release(coef, core.ridge_coefficients(x[:, :t0], y[:t0], lam))
     else:
         params = core.objective_parameters(n, t0, lam, eps1, sec.c)
-        f_out = core.objective_coefficients(x[:, :t0], y[:t0], lam, params, rng=noise_rng)
+        b = noise.objective_noise(core.objective_perturbation(params, n, eps1))
+        f_out = core.objective_coefficients(x[:, :t0], y[:t0], lam, params, b)
     post = core.post_mechanism(plan.details["step2"], eps2, n, h)
-    x_post = core.privatize_post(x[:, t0:], post, rng=noise_rng)
+    x_post = np.asarray(noise.release(post, x[:, t0:].ravel())).reshape(n, h)
     return x_post.T @ f_out, f_out
 
 
 def run(spec: SynthControlSpec, frame: pd.DataFrame, plan: PrivacyPlan,
         side: dict[str, pd.DataFrame], *, rng: np.random.Generator,
-        noise_rng: np.random.Generator) -> Release:
+        noise: NoiseGuard) -> Release:
     """Map and clip the panel, release the counterfactual path, the effect and the plot."""
     path = spec.data.path
     layout = build_layout(spec, frame, path)
@@ -180,7 +182,7 @@ def run(spec: SynthControlSpec, frame: pd.DataFrame, plan: PrivacyPlan,
     x_raw, y_raw = value_matrix(spec, layout, frame, path)
     x, y = omap.forward(x_raw), omap.forward(y_raw)
     del x_raw
-    y_out, f_out = counterfactual_path(spec, x, y, layout.t0, plan, noise_rng=noise_rng)
+    y_out, f_out = counterfactual_path(spec, x, y, layout.t0, plan, noise=noise)
     del x
     counterfactual = omap.inverse(y_out)
     t0 = layout.t0

@@ -16,7 +16,7 @@ import numpy.typing as npt
 from scipy import linalg
 
 from dpcausal.accounting.events import PrivacyEvent
-from dpcausal.mechanisms import L2LaplaceMechanism, LaplaceMechanism
+from dpcausal.mechanisms import L2LaplaceMechanism, LaplaceMechanism, ObjectivePerturbation
 
 FloatArray = npt.NDArray[np.float64]
 Step2Kind = Literal["entrywise-l1", "matrix-l2"]
@@ -151,19 +151,6 @@ def post_mechanism(
     return L2LaplaceMechanism(epsilon2, 2.0 * math.sqrt(h), n * h, stage=STAGE_POST)
 
 
-def privatize_post(
-    x_post: FloatArray,
-    mech: LaplaceMechanism | L2LaplaceMechanism,
-    *,
-    rng: np.random.Generator,
-) -> FloatArray:
-    """Return X̃_post = X_post + W, W drawn by ``mech`` (shape n × h preserved)."""
-    x = np.asarray(x_post, dtype=np.float64)
-    if isinstance(mech, L2LaplaceMechanism):
-        return mech.release(x.ravel(), rng=rng).reshape(x.shape)
-    return mech.release(x, rng=rng)
-
-
 def coefficient_noise_variance(mech: L2LaplaceMechanism) -> float:
     """Per-coordinate variance of ℓ2-Laplace noise: (d + 1)·a² (spec §3.4)."""
     return (mech.dim + 1.0) * mech.scale**2
@@ -269,14 +256,22 @@ def objective_event(
     )
 
 
+def objective_perturbation(params: ObjectiveParameters, n: int,
+                           epsilon1: float) -> ObjectivePerturbation:
+    """DPSC_obj's draw of b (:func:`objective_mechanism`) with its nominal charge ε1 (no guarantee)."""
+    return ObjectivePerturbation(objective_mechanism(params, n), epsilon1, 0.0)
+
+
 def objective_coefficients(
-    x_pre: FloatArray, y_pre: FloatArray, lam: float, params: ObjectiveParameters, *,
-    rng: np.random.Generator,
+    x_pre: FloatArray, y_pre: FloatArray, lam: float, params: ObjectiveParameters,
+    b: FloatArray,
 ) -> FloatArray:
-    """f_obj = (2X_preX_preᵀ + (λ + Δ)I)⁻¹(2X_pre y_pre − b), solved exactly by Cholesky (spec §4.2)."""
+    """f_obj = (2X_preX_preᵀ + (λ + Δ)I)⁻¹(2X_pre y_pre − b), solved exactly by Cholesky (spec §4.2).
+
+    ``b`` is the draw of :func:`objective_perturbation` (through the run's noise guard).
+    """
     x = np.asarray(x_pre, dtype=np.float64)
     n = x.shape[0]
-    b = objective_mechanism(params, n).release(np.zeros(n), rng=rng)
     a = 2.0 * (x @ x.T)
     a[np.diag_indices(n)] += lam + params.delta_reg
     return np.asarray(linalg.cho_solve(linalg.cho_factor(a), 2.0 * (x @ y_pre) - b))

@@ -27,7 +27,7 @@ from dpcausal.errors import (
 from dpcausal.io.tables import same_file
 from dpcausal.learners.rounding import cholesky_completes
 from dpcausal.learners.rounding import gamma as rounding_gamma
-from dpcausal.mechanisms import L2LaplaceMechanism
+from dpcausal.mechanisms import L2LaplaceMechanism, NoiseGuard, ObjectivePerturbation
 from dpcausal.mechanisms.gaussian_vector import GaussianNoiseVector
 from dpcausal.methods import two_stage_weights as wts
 from dpcausal.methods.base import MethodDef, Release, SideInput
@@ -354,7 +354,7 @@ def fit_theta(setup: TwoStageSetup, data: Prepared, w: FloatArray, gamma: float,
 
 def release_rule(spec: TwoStageSpec, setup: TwoStageSetup, plan: PrivacyPlan, h: FloatArray,
                  g: FloatArray, n: int, side: dict[str, pd.DataFrame], *,
-                 noise_rng: np.random.Generator) -> Release:
+                 noise: NoiseGuard) -> Release:
     """Draw b once (``mechanism``), solve the exact ℓ₁-ball QP from H = Σw x xᵀ and g = Σw t x,
     build the rule (and recommendations for ``apply_to``). Shared by the in-memory run and the
     engine run (dpcausal/engine/two_stage.py), which differ only in how H and g are summed."""
@@ -363,7 +363,8 @@ def release_rule(spec: TwoStageSpec, setup: TwoStageSetup, plan: PrivacyPlan, h:
                     epsilon=spec.privacy.epsilon, delta=spec.privacy.delta,
                     eps_split=spec.two_stage.eps_split, noise=spec.two_stage.noise,
                     bounds=bounds, mode=spec.two_stage.calibration)
-    b = mechanism(spec, cal, setup.fmap.dim).release(np.zeros(setup.fmap.dim), rng=noise_rng)
+    b = noise.objective_noise(ObjectivePerturbation(mechanism(spec, cal, setup.fmap.dim),
+                                                    spec.privacy.epsilon, spec.privacy.delta))
     p, c = qp_terms(h, g, n, float(plan.details["gamma"]), b)
     theta = solve_l1_ball_qp(p, c, setup.l1_radius).theta
     del b, p, c
@@ -378,7 +379,7 @@ def release_rule(spec: TwoStageSpec, setup: TwoStageSetup, plan: PrivacyPlan, h:
 
 
 def run(spec: TwoStageSpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, pd.DataFrame],
-        *, rng: np.random.Generator, noise_rng: np.random.Generator) -> Release:
+        *, rng: np.random.Generator, noise: NoiseGuard) -> Release:
     """Stage 1, draw b, stage 2, build the rule (and recommendations for ``apply_to``)."""
     setup = build_setup(spec)
     data = prepare(spec, setup, frame, spec.data.path)
@@ -388,7 +389,7 @@ def run(spec: TwoStageSpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[s
     w = compute_weights(spec, setup, data)
     h, g = sufficient_stats(data.x, data.t, w)
     del w, data
-    return release_rule(spec, setup, plan, h, g, n, side, noise_rng=noise_rng)
+    return release_rule(spec, setup, plan, h, g, n, side, noise=noise)
 
 
 def refuse_mmd_on_engine(spec: TwoStageSpec) -> None:
