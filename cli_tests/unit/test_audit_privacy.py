@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from cli_tests.helpers import invoke, write_yaml
+from cli_tests.injected_bugs import bad_radius_noise, one_d_radius
 from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.audit.estimators import epsilon_lower_bound, event_loss
 from dpcausal.mechanisms import GaussianMechanism, L2LaplaceMechanism
@@ -38,20 +39,14 @@ def test_exact_event_losses() -> None:
     assert at_sens.epsilon_loss == pytest.approx(1.0, rel=1e-6)
 
 
-def _bad_radius_noise(mech: L2LaplaceMechanism, rng: np.random.Generator) -> np.ndarray:
-    """The synth-control reference code's bug: a 1-D Laplace radius instead of Gamma(d, ·)."""
-    direction = rng.standard_normal(mech.dim)
-    return abs(rng.laplace(0.0, mech.scale)) * direction / np.linalg.norm(direction)
-
-
 @pytest.mark.statistical
 def test_lower_bound_catches_a_wrong_radius_law_but_not_the_right_one() -> None:
     eps, sens, dim, n = 0.5, 1.0, 5, 4000
     mech = L2LaplaceMechanism(eps, sens, dim)
     c1, c2 = np.zeros(dim), np.r_[0.8 * sens, np.zeros(dim - 1)]
     rng = np.random.default_rng(0)
-    bad = epsilon_lower_bound(np.array([c1 + _bad_radius_noise(mech, rng) for _ in range(n)]),
-                              np.array([c2 + _bad_radius_noise(mech, rng) for _ in range(n)]),
+    bad = epsilon_lower_bound(np.array([c1 + bad_radius_noise(mech, rng) for _ in range(n)]),
+                              np.array([c2 + bad_radius_noise(mech, rng) for _ in range(n)]),
                               rng=rng)
     assert bad.epsilon_lb > eps
     good = epsilon_lower_bound(np.array([mech.release(c1, rng=rng) for _ in range(n)]),
@@ -116,8 +111,7 @@ def test_audit_refuses_unknown_spec(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_audit_fails_owl_with_broken_sampler(small_owl_spec: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(L2LaplaceMechanism, "sample_noise",
-                        lambda self, *, rng: _bad_radius_noise(self, rng))
+    one_d_radius(monkeypatch)
     doc = yaml.safe_load(small_owl_spec.read_text())
     doc["privacy"]["epsilon"] = 0.5
     write_yaml(small_owl_spec, doc)

@@ -5,6 +5,7 @@ black-box ε lower bound from releases on two neighbouring datasets.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -122,49 +123,172 @@ def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
     return lo, hi
 
 
-def epsilon_lower_bound(out_d: FloatArray, out_dp: FloatArray, *, confidence: float = 0.95,
-                        rng: np.random.Generator) -> LowerBound:
-    """ε lower bound from releases on D (``out_d``, one per row) and D′ (``out_dp``).
+def ratio_bound(ka: int, na: int, kb: int, nb: int, alpha: float, delta: float = 0.0) -> float:
+    """ε lower bound of one event seen ``ka`` of ``na`` times on D and ``kb`` of ``nb`` on D′.
 
-    Half of each sample chooses candidate events — half-spaces along the direction between the two
-    sample means, and balls around each sample's coordinate-wise median (these catch samplers whose
-    density is unbounded near the centre) — and the other half tests them. For each event E the
-    bound is log(p_lo(E|D) / p_hi(E|D′)) (and the symmetric one) with Clopper–Pearson intervals
-    Bonferroni-corrected over all events, so the reported bound holds at ``confidence``.
+    (ε, δ)-DP says P(E|D) ≤ e^ε P(E|D′) + δ both ways, so ε ≥ log((p_lo(D) − δ)/p_hi(D′)) (and
+    the symmetric bound) whenever the numerator is positive; each interval is at level ``alpha``.
     """
-    out_d = np.atleast_2d(np.asarray(out_d, dtype=np.float64).reshape(len(out_d), -1))
-    out_dp = np.atleast_2d(np.asarray(out_dp, dtype=np.float64).reshape(len(out_dp), -1))
-    pa, pb = rng.permutation(len(out_d)), rng.permutation(len(out_dp))
-    ha, hb = len(out_d) // 2, len(out_dp) // 2
-    sel_a, test_a = out_d[pa[:ha]], out_d[pa[ha:]]
-    sel_b, test_b = out_dp[pb[:hb]], out_dp[pb[hb:]]
+    a_lo, a_hi = clopper_pearson(ka, na, alpha)
+    b_lo, b_hi = clopper_pearson(kb, nb, alpha)
+    return max(math.log((a_lo - delta) / b_hi) if a_lo > delta else 0.0,
+               math.log((b_lo - delta) / a_hi) if b_lo > delta else 0.0, 0.0)
+
+
+def max_attainable(n_test: int, n_events: int, *, confidence: float = 0.95, share: float = 1.0,
+                   delta: float = 0.0) -> float:
+    """The largest ε lower bound ``n_test`` releases per side can give: an event seen in a fraction
+    ``share`` of one side's releases and never on the other (``share=1``: the absolute ceiling)."""
+    alpha = (1 - confidence) / (2 * n_events)
+    return ratio_bound(max(1, round(share * n_test)), n_test, 0, n_test, alpha, delta)
+
+
+def releases_needed(epsilon: float, n_events: int, *, confidence: float = 0.95,
+                    share: float = 0.5, margin: float = 1.0, delta: float = 0.0) -> int:
+    """The fewest test releases per side for which an event of probability ``share`` on one side
+    and 0 on the other gives a bound ≥ ε + ``margin`` (so the test can reach past the claim)."""
+    target = epsilon + margin
+    lo, hi = 1, 2
+    while max_attainable(hi, n_events, confidence=confidence, share=share, delta=delta) < target:
+        lo, hi = hi, 2 * hi
+        if hi > 2**40:
+            return hi
+    while hi - lo > max(1, lo // 100):  # 1 % is close enough
+        mid = (lo + hi) // 2
+        ok = max_attainable(mid, n_events, confidence=confidence, share=share, delta=delta) >= target
+        lo, hi = (lo, mid) if ok else (mid, hi)
+    return hi
+
+
+@dataclass(frozen=True)
+class Event:
+    """A candidate distinguishing event: a named indicator over rows of releases."""
+
+    name: str
+    kind: str
+    direction: FloatArray | None = None
+    threshold: float = 0.0
+    centre: FloatArray | None = None
+    radius: float = 0.0
+
+    def contains(self, x: FloatArray) -> npt.NDArray[np.bool_]:
+        """Which releases (rows of ``x``) fall in the event."""
+        if self.kind == "≥":
+            return np.asarray(x @ self.direction >= self.threshold)
+        if self.kind == "≤":
+            return np.asarray(x @ self.direction <= self.threshold)
+        if self.kind == "=":
+            return np.asarray(np.all(x == self.centre, axis=1))
+        return np.asarray(np.linalg.norm(x - self.centre, axis=1) <= self.radius)
+
+
+PROJECTION_QUANTILES = (0.5, 0.75, 0.9, 0.97, 0.99)
+BALL_QUANTILES = (0.01, 0.05, 0.2, 0.5)
+MAX_SINGLETONS = 32
+N_EVENTS = 2 * len(PROJECTION_QUANTILES) + 2 * len(BALL_QUANTILES)
+"""Events of continuous releases (a discrete release may add up to MAX_SINGLETONS singletons)."""
+
+
+def candidate_events(sel_a: FloatArray, sel_b: FloatArray) -> list[Event]:
+    """Events chosen on a selection sample (never the one they are tested on).
+
+    Half-spaces along the direction between the two sample means at several quantiles; balls
+    around each sample's coordinate-wise median (these catch samplers whose density is unbounded
+    near the centre, e.g. an ℓ2-Laplace with a 1-D radius law); and, for a release that takes few
+    values (a selection), each value seen.
+    """
     direction = sel_a.mean(axis=0) - sel_b.mean(axis=0)
     if not np.any(direction):
-        direction = np.ones(out_d.shape[1])
-    scores_sel = np.concatenate([sel_a, sel_b]) @ direction
-    events: list[tuple[str, FloatArray, FloatArray]] = []
-    for q in (0.5, 0.75, 0.9, 0.97, 0.99):
-        for side, t in (("≥", np.quantile(scores_sel, q)), ("≤", np.quantile(scores_sel, 1 - q))):
-            ind_a = (test_a @ direction >= t) if side == "≥" else (test_a @ direction <= t)
-            ind_b = (test_b @ direction >= t) if side == "≥" else (test_b @ direction <= t)
-            events.append((f"projection {side} q{q}", ind_a, ind_b))
-    for name, centre_src in (("D", sel_a), ("D'", sel_b)):
-        centre = np.median(centre_src, axis=0)
-        radii_sel = np.linalg.norm(centre_src - centre, axis=1)
-        for q in (0.01, 0.05, 0.2):
-            r = float(np.quantile(radii_sel, q))
-            events.append((f"ball around median of {name}, r=q{q}",
-                           np.linalg.norm(test_a - centre, axis=1) <= r,
-                           np.linalg.norm(test_b - centre, axis=1) <= r))
+        direction = np.ones(sel_a.shape[1])
+    scores = np.concatenate([sel_a, sel_b]) @ direction
+    events: list[Event] = []
+    for q in PROJECTION_QUANTILES:
+        events.append(Event(f"projection ≥ q{q}", "≥", direction, float(np.quantile(scores, q))))
+        events.append(Event(f"projection ≤ q{1 - q:.2g}", "≤", direction,
+                            float(np.quantile(scores, 1 - q))))
+    for name, src in (("D", sel_a), ("D'", sel_b)):
+        centre = np.median(src, axis=0)
+        radii = np.linalg.norm(src - centre, axis=1)
+        for q in BALL_QUANTILES:
+            events.append(Event(f"ball around median of {name}, r=q{q}", "ball", centre=centre,
+                                radius=float(np.quantile(radii, q))))
+    pooled = np.concatenate([sel_a, sel_b])
+    if len(np.unique(pooled[:4 * MAX_SINGLETONS], axis=0)) <= MAX_SINGLETONS:  # cheap pre-check
+        values = np.unique(pooled, axis=0)
+        if len(values) <= MAX_SINGLETONS:
+            events += [Event(f"release = {v.tolist()}", "=", centre=v) for v in values]
+    return events
+
+
+def count_in(events: list[Event], x: FloatArray) -> npt.NDArray[np.int64]:
+    """How many rows of ``x`` fall in each event (each projection and distance computed once)."""
+    cache: dict[int, FloatArray] = {}
+    counts = np.zeros(len(events), dtype=np.int64)
+    for i, ev in enumerate(events):
+        if ev.kind in ("≥", "≤", "ball"):
+            key = id(ev.direction) if ev.kind != "ball" else id(ev.centre)
+            if key not in cache:
+                cache[key] = (x @ ev.direction if ev.kind != "ball"
+                              else np.linalg.norm(x - ev.centre, axis=1))
+            v = cache[key]
+            hit = (v >= ev.threshold if ev.kind == "≥" else v <= ev.threshold if ev.kind == "≤"
+                   else v <= ev.radius)
+        else:
+            hit = ev.contains(x)
+        counts[i] = int(np.count_nonzero(hit))
+    return counts
+
+
+def best_bound(events: list[Event], ka: npt.NDArray[np.int64], kb: npt.NDArray[np.int64],
+               na: int, nb: int, *, confidence: float, delta: float = 0.0) -> LowerBound:
+    """The largest Bonferroni-corrected bound over ``events`` from their counts on each side."""
     alpha = (1 - confidence) / (2 * len(events))
-    best = LowerBound(0.0, confidence, "none", 0.0, 0.0, len(test_a) + len(test_b))
-    for name, ind_a, ind_b in events:
-        ka, kb = int(ind_a.sum()), int(ind_b.sum())
-        a_lo, a_hi = clopper_pearson(ka, len(ind_a), alpha)
-        b_lo, b_hi = clopper_pearson(kb, len(ind_b), alpha)
-        lb = max(math.log(a_lo / b_hi) if a_lo > 0 else 0.0,
-                 math.log(b_lo / a_hi) if b_lo > 0 else 0.0)
+    best = LowerBound(0.0, confidence, "none", 0.0, 0.0, na + nb)
+    for ev, a, b in zip(events, ka, kb, strict=True):
+        lb = ratio_bound(int(a), na, int(b), nb, alpha, delta)
         if lb > best.epsilon_lb:
-            best = LowerBound(lb, confidence, name, ka / len(ind_a), kb / len(ind_b),
-                              len(ind_a) + len(ind_b))
+            best = LowerBound(lb, confidence, ev.name, int(a) / na, int(b) / nb, na + nb)
     return best
+
+
+def streamed_lower_bound(draw_d: Callable[[int, int], FloatArray],
+                         draw_dp: Callable[[int, int], FloatArray], *, n_select: int,
+                         n_test: int, chunk: int, confidence: float = 0.95,
+                         delta: float = 0.0) -> LowerBound:
+    """ε lower bound from releases drawn in chunks: ``draw_d(count, part)`` returns ``count``
+    releases on D (one per row), part 0 for the selection sample and 1, 2, ... for the test
+    chunks (each part must be a fresh, independent draw); likewise ``draw_dp`` on D′."""
+    sel_a = _rows(draw_d(n_select, 0))
+    events = candidate_events(sel_a, _rows(draw_dp(n_select, 0)))
+    ka = np.zeros(len(events), dtype=np.int64)
+    kb = np.zeros(len(events), dtype=np.int64)
+    done, part = 0, 1
+    while done < n_test:
+        m = min(chunk, n_test - done)
+        ka += count_in(events, _rows(draw_d(m, part)))
+        kb += count_in(events, _rows(draw_dp(m, part)))
+        done, part = done + m, part + 1
+    return best_bound(events, ka, kb, n_test, n_test, confidence=confidence, delta=delta)
+
+
+def _rows(x: npt.ArrayLike) -> FloatArray:
+    arr = np.asarray(x, dtype=np.float64)
+    return arr.reshape(len(arr), -1)
+
+
+def epsilon_lower_bound(out_d: FloatArray, out_dp: FloatArray, *, confidence: float = 0.95,
+                        rng: np.random.Generator, delta: float = 0.0) -> LowerBound:
+    """ε lower bound from releases on D (``out_d``, one per row) and D′ (``out_dp``).
+
+    Half of each sample (a random half) chooses the candidate events (:func:`candidate_events`) and
+    the other half tests them. For each event E the bound is log(p_lo(E|D) / p_hi(E|D′)) (and the
+    symmetric one) with Clopper–Pearson intervals Bonferroni-corrected over all events, so the
+    reported bound holds at ``confidence``.
+    """
+    out_d, out_dp = _rows(out_d), _rows(out_dp)
+    pa, pb = rng.permutation(len(out_d)), rng.permutation(len(out_dp))
+    ha, hb = len(out_d) // 2, len(out_dp) // 2
+    test_a, test_b = out_d[pa[ha:]], out_dp[pb[hb:]]
+    events = candidate_events(out_d[pa[:ha]], out_dp[pb[:hb]])
+    ka, kb = count_in(events, test_a), count_in(events, test_b)
+    return best_bound(events, ka, kb, len(test_a), len(test_b), confidence=confidence, delta=delta)

@@ -90,3 +90,18 @@ def row_neighbours(frame: pd.DataFrame, domain: RowDomain, rng: np.random.Genera
             a, b = domain.extreme_pair(rng)
             yield (f"row {idx} planted at the upper corner, labels flipped",
                    replace_one(frame, idx, a), replace_one(frame, idx, b))
+
+
+def quiet_pair(frame: pd.DataFrame, index: int, quiet: dict[str, Any], a: dict[str, Any],
+               b: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A planted pair on a quiet background: every other row takes the ``quiet`` values (chosen
+    so they barely move the fit), row ``index`` is ``a`` in D and ``b`` in D′.
+
+    The two data sets differ in that row only, so they are neighbours; with the background quiet,
+    the strongly convex fits move by (almost) their full stability bound, which is what the
+    stated sensitivity must cover (a random background curves the objective and hides most of it).
+    """
+    base = frame.copy()
+    for col, val in quiet.items():
+        base[col] = val
+    return replace_one(base, index, a), replace_one(base, index, b)

@@ -105,8 +105,10 @@ def privacy_cmd(
     data: Annotated[Path | None, typer.Option(
         "--data", help="Audit neighbours of this data file (default: a synthetic data set drawn "
         "inside the spec's bounds).")] = None,
-    trials: Annotated[int, typer.Option("--trials", min=0, help="Releases per dataset for the "
-                                        "black-box test (0: gray-box only).")] = 500,
+    trials: Annotated[int | None, typer.Option(
+        "--trials", min=0, help="Black-box releases per side of the closest pair, per stage "
+        "(default: enough for each stage's claimed ε to be testable, within a cap; 0: gray-box "
+        "only).")] = None,
     pairs: Annotated[int, typer.Option("--pairs", min=1, help="Neighbouring datasets tried.")] = 50,
     rows: Annotated[int, typer.Option("--rows", min=2, help="Rows of the synthetic data set.")] = 1000,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of the audit's own randomness.")] = 0,
@@ -183,12 +185,20 @@ def _print_report(report: Any) -> None:
     console.print(
         f"audit of {report.command}: claimed ε={report.epsilon:g} δ={report.delta:g}; "
         f"{report.pairs} neighbouring datasets of {report.rows} rows", markup=False)
+    median = (g["loss_quantiles_50_90_100"] or [float("nan")])[0]
     console.print(f"  gray-box: max privacy loss {g['max_privacy_loss']:.4g} "
-                  f"(median {g['loss_quantiles_50_90_100'][0]:.4g}); max sensitivity ratio "
+                  f"(median {median:.4g}); max sensitivity ratio "
                   f"{g['max_sensitivity_ratio']:.4g}; closest pair: {g['closest_pair']}", markup=False)
-    if d["black_box"]:
-        b = d["black_box"]
-        console.print(f"  black-box: ε lower bound {b['epsilon_lower_bound']:.4g} at "
-                      f"{b['confidence']:.0%} confidence from {b['releases']} test releases "
-                      f"(event: {b['event']})", markup=False)
+    for stage in (d["black_box"] or {}).get("stages", []):
+        lb = stage["epsilon_lower_bound"]
+        head = f"  black-box {stage['stage']} (claimed ε={stage['claimed_epsilon']:g}): "
+        if lb is None:
+            console.print(head + "not testable (see the note)", markup=False)
+            continue
+        console.print(head + f"ε lower bound {lb:.4g} at 95% confidence from "
+                      f"{stage['releases_per_side']} {stage['mode']} per side (event: "
+                      f"{stage['event']}; the most these releases can show is "
+                      f"{stage['max_attainable_bound']:.3g})", markup=False)
+    for note in d["notes"]:
+        console.print(f"  note: {note}", markup=False)
     console.print(f"verdict: {d['verdict'].upper()}", markup=False)

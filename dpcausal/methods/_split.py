@@ -75,7 +75,7 @@ def for_audit(split: RowSplit) -> RowSplit:
 
     For the in-place neighbours the audit generates (one row replaced at its position), a shared
     permutation is exactly the coupling of the module's Notes, so the worst loss over pairs bounds
-    the random split's loss; the black-box releases run the real, secret split.
+    the random split's loss; the black-box runs on D and D′ use it too, for the same reason.
     """
     if split.kind == "random":
         return RowSplit(kind="seeded", seed=AUDIT_SEED)

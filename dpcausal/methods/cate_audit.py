@@ -8,7 +8,8 @@ Neighbouring relation (spec cate): replace one record; n is public. The generato
 one row in place (never reorder, add or drop rows) and the gray-box values of D and D′ use the same
 split — for the default ``kind: random`` one fixed permutation (:func:`dpcausal.methods._split.
 for_audit`), which for in-place pairs is the coupling that bounds the random split's loss — so
-the replaced row stays in its half. The black-box releases run the command's real split.
+the replaced row stays in its half. The black-box runs on D and D′ use that split too (the
+adapter's ``coupled_spec``), so they are compared under the same coupling.
 
 Mechanism inputs (``pre_noise``), by stage:
 - ``cate.nuisance.propensity``: the non-private ℓ2-logistic θ̂ on the first half;
@@ -91,7 +92,8 @@ def neighbours(spec: CateSpec, frame: pd.DataFrame, rng: np.random.Generator,
     A planted outcome flip (one row at a random covariate corner, treated, Y at the top of its
     range in D and at the bottom in D′: with π̂ ≡ κ the row's weighted Huber gradient is as large
     as it can be on both sides); a planted pair at the upper corner with the arm flipped; a row
-    replaced by a random corner of the bounds; and by a random row.
+    replaced by a random corner of the bounds; and by a random row. Every fifth pair is the
+    outcome flip on a quiet second half (:func:`_quiet_pair`).
     """
     setup = _setup(spec, len(frame))
     domain = _domain(spec, setup)
@@ -101,7 +103,11 @@ def neighbours(spec: CateSpec, frame: pd.DataFrame, rng: np.random.Generator,
     blocks = halves(spec, len(frame))
     names = ("first-half (nuisance)", "second-half")
     y_lo, y_hi = setup.y_bounds
-    for i in range(k):
+    for j in range(k):
+        if j % 5 == 4:
+            yield _quiet_pair(spec, setup, frame, blocks[1], domain.corner_row(rng), rng)
+            continue
+        i = j - j // 5
         b = i % 2
         idx = int(blocks[b][int(rng.integers(len(blocks[b])))])
         where = f"{names[b]} row {idx}"
@@ -122,6 +128,32 @@ def neighbours(spec: CateSpec, frame: pd.DataFrame, rng: np.random.Generator,
             a, c = domain.extreme_pair(rng)
             yield (f"{where} planted at the upper corner, arm flipped",
                    replace_one(frame, idx, a), replace_one(frame, idx, c))
+
+
+def _quiet_pair(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame,
+                second: npt.NDArray[np.intp], corner: dict[str, Any],
+                rng: np.random.Generator) -> Pair:
+    """The second-stage outcome flip on a quiet second half, which attains Δ = L_w/(λ0 n) up to
+    the background's pull.
+
+    Every other second-half row is untreated with Y at the centre of its range: with the audit's
+    fixed nuisances (π̂ ≡ κ, μ̂ ≡ centre) its pseudo-outcome is 0 and its weight the least one
+    (κ² for the R-learner), so the objective is curved by λ0 almost alone; the planted row's
+    weighted Huber gradient moves by 2·L_w (when its residual stays beyond c on both sides).
+    """
+    cols = spec.data.columns
+    assert cols.outcome is not None
+    assert cols.treatment is not None
+    y_lo, y_hi = setup.y_bounds
+    base = frame.copy()
+    rows = base.index[second]
+    base.loc[rows, cols.treatment] = 0
+    base.loc[rows, cols.outcome] = 0.5 * (y_lo + y_hi)
+    idx = int(second[int(rng.integers(len(second)))])
+    row = {**corner, cols.treatment: 1}
+    return (f"second-half row {idx} planted at a corner, treated, Y top vs bottom, every other "
+            "second-half row untreated at the centre", replace_one(base, idx, {**row, cols.outcome: y_hi}),
+            replace_one(base, idx, {**row, cols.outcome: y_lo}))
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ Neighbouring relation (spec select_policy §2.1): replace one record; N, m, n ar
 generators below replace one row in place (never reorder, add or drop rows) and the gray-box
 utilities of D and D′ use the same split — for the default ``kind: random`` one fixed permutation
 (:func:`dpcausal.methods._split.for_audit`), which for in-place pairs is the coupling that bounds
-the random split's loss — so the replaced row stays in its block. The black-box releases run the
-command's real split.
+the random split's loss — so the replaced row stays in its block. The black-box runs on D and D′
+use that split too (the adapter's ``coupled_spec``), so they are compared under the same coupling.
 
 Mechanism inputs (``pre_noise``): the exponential mechanism's utility vector U(π) over the library
 (``select_policy.choice``) and, with ``value_release``, the Laplace input U(π̂)/n given each possible

@@ -83,9 +83,9 @@ def neighbours(spec: SynthControlSpec, frame: pd.DataFrame, rng: np.random.Gener
                k: int) -> Iterator[Pair]:
     """``k`` replace-one-donor pairs: random corners, random series, and a planted extremal pair.
 
-    The planted pair puts the target's pre-period at the upper bound, every other donor at the
-    mapped value nearest 0, and the chosen donor at κ·y versus the opposite extreme
-    (κ = √(λ/(2T0))): for symmetric bounds this attains Δ = √(2T0/λ) (spec §3.3).
+    The planted pair (:func:`_planted_pair`) attains both stated sensitivities for bounds that map
+    onto [−1, 1]; for bounds mapped onto a smaller range (e.g. [0, 1] by ``scaling: scale`` of
+    non-negative bounds) it attains the most that range allows, and the report says how much.
     """
     omap = OutcomeMap.from_spec(spec)
     layout = _layout(spec, frame)
@@ -93,6 +93,7 @@ def neighbours(spec: SynthControlSpec, frame: pd.DataFrame, rng: np.random.Gener
     periods, t0 = layout.periods, layout.t0
     rule = spec.synth_control.ridge_lambda
     lam = float(t0) if rule == "T0" else float(rule)
+    quiet: pd.DataFrame | None = None
     for i in range(k):
         j = int(rng.integers(layout.n))
         donor = layout.donors[j]
@@ -104,22 +105,51 @@ def neighbours(spec: SynthControlSpec, frame: pd.DataFrame, rng: np.random.Gener
             series = rng.uniform(omap.lo, omap.hi, periods)
             yield f"donor {donor!r} -> a random series", None, _with_series(spec, frame, donor, series)
         else:
-            base = frame
-            zero = float(np.clip(0.0, lo_m, hi_m))
-            for other in layout.donors:
-                base = _with_series(spec, base, other, omap.inverse(np.full(periods, zero)))
-            base = _with_series(spec, base, layout.target, omap.inverse(np.full(periods, hi_m)))
-            kappa = float(np.clip(math.sqrt(lam / (2 * t0)), lo_m, hi_m))
+            if quiet is None:
+                quiet = _quiet_base(spec, frame, layout, lo_m, hi_m)
+            yield _planted_pair(spec, quiet, layout, donor, lam, lo_m, hi_m)
 
-            def coef(c: float) -> float:  # the donor's ridge weight when every other donor is 0
-                return c * hi_m * t0 / (c * c * t0 + lam / 2)
 
-            other = max((float(np.clip(-kappa, lo_m, hi_m)), lo_m, hi_m),
-                        key=lambda c: abs(coef(kappa) - coef(c)))
-            a, b = np.full(periods, kappa), np.full(periods, other)
-            yield (f"donor {donor!r} planted at κ·y vs the opposite extreme (target at the upper "
-                   "bound)", _with_series(spec, base, donor, omap.inverse(a)),
-                   _with_series(spec, base, donor, omap.inverse(b)))
+def _y_star(lo_m: float, hi_m: float) -> float:
+    """The mapped bound of largest magnitude."""
+    return hi_m if abs(hi_m) >= abs(lo_m) else lo_m
+
+
+def _quiet_base(spec: SynthControlSpec, frame: pd.DataFrame, layout: PanelLayout, lo_m: float,
+                hi_m: float) -> pd.DataFrame:
+    """Every donor at the mapped value nearest 0, the target at y* (see :func:`_planted_pair`)."""
+    omap = OutcomeMap.from_spec(spec)
+    zero = float(np.clip(0.0, lo_m, hi_m))
+    base = frame
+    for other in layout.donors:
+        base = _with_series(spec, base, other, omap.inverse(np.full(layout.periods, zero)))
+    return _with_series(spec, base, layout.target,
+                        omap.inverse(np.full(layout.periods, _y_star(lo_m, hi_m))))
+
+
+def _planted_pair(spec: SynthControlSpec, base: pd.DataFrame, layout: PanelLayout, donor: Any,
+                  lam: float, lo_m: float, hi_m: float) -> Pair:
+    """The pair that moves both mechanisms' inputs as far as the mapped bounds allow.
+
+    On ``base`` (:func:`_quiet_base`) every other donor is at the mapped value nearest 0 and the
+    target's pre-period at the mapped bound of largest magnitude y*, so the donor's ridge weight
+    is c·y*·T0/(c²T0 + λ/2) for its constant pre-period value c: D and D′ put c at the maximiser
+    and the minimiser of that over [lo, hi] (κ = √(λ/(2T0)) vs −κ for symmetric bounds, which
+    attains Δ = √(2T0/λ), spec §3.3). The donor's post-period is at hi in D and lo in D′ (every
+    entry moves by hi − lo: 2 for [−1, 1]).
+    """
+    omap = OutcomeMap.from_spec(spec)
+    periods, t0 = layout.periods, layout.t0
+    y_star = _y_star(lo_m, hi_m)
+    grid = np.unique(np.concatenate([np.linspace(lo_m, hi_m, 2001), np.clip(
+        [math.sqrt(lam / (2 * t0)), -math.sqrt(lam / (2 * t0))], lo_m, hi_m)]))
+    coef = grid * y_star * t0 / (grid * grid * t0 + lam / 2)
+    c_a, c_b = float(grid[np.argmax(coef)]), float(grid[np.argmin(coef)])
+    a = np.concatenate([np.full(t0, c_a), np.full(periods - t0, hi_m)])
+    b = np.concatenate([np.full(t0, c_b), np.full(periods - t0, lo_m)])
+    return (f"donor {donor!r} planted at the ridge weight's extremes (pre) and hi vs lo (post), "
+            "every other donor at 0", _with_series(spec, base, donor, omap.inverse(a)),
+            _with_series(spec, base, donor, omap.inverse(b)))
 
 
 def pre_noise(spec: SynthControlSpec, frame: pd.DataFrame, plan: PrivacyPlan,

@@ -1,0 +1,50 @@
+"""Known privacy bugs, injected into the real code for tests that ``audit privacy`` must fail
+(exit 4). Test fixtures only: nothing here is ever shipped or imported by dpcausal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dpcausal.errors import SolverError
+from dpcausal.mechanisms import L2LaplaceMechanism
+from dpcausal.methods import owl
+
+
+def bad_radius_noise(mech: L2LaplaceMechanism, rng: np.random.Generator,
+                     count: int | None = None) -> np.ndarray:
+    """The synth-control reference code's bug: a 1-D Laplace radius instead of Gamma(d, Δ/ε)."""
+    rows = 1 if count is None else count
+    direction = rng.standard_normal((rows, mech.dim))
+    radius = np.abs(rng.laplace(0.0, mech.scale, size=rows))
+    noise = (radius / np.linalg.norm(direction, axis=1))[:, None] * direction
+    return noise[0] if count is None else noise
+
+
+def one_d_radius(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ℓ2-Laplace draw (owl's θ, synth-control's coefficients) uses the 1-D radius."""
+    monkeypatch.setattr(L2LaplaceMechanism, "sample_noise",
+                        lambda self, *, rng, count=None: bad_radius_noise(self, rng, count))
+
+
+def halve_owl_sensitivity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """owl's Δ = (2W + 2τ)/γ understated by half (plan and run alike)."""
+    real = owl.OwlSetup.sensitivity
+    monkeypatch.setattr(owl.OwlSetup, "sensitivity", lambda self, g: real(self, g) / 2)
+
+
+def refuse_on_odd_treated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A data-dependent refusal: owl's fit refuses (exit 2) when the number of treated rows is odd.
+
+    Flipping one row's arm flips the parity, so a neighbouring pair exits 0 on one side and 2 on
+    the other: the exit code then leaks that row's arm, unbounded and uncharged."""
+    real = owl.fit_nonprivate
+
+    def fit(setup: Any, data: Any, gamma: float) -> Any:
+        if int(np.sum(data.y > 0)) % 2:
+            raise SolverError("the solver did not converge; nothing was released")
+        return real(setup, data, gamma)
+
+    monkeypatch.setattr(owl, "fit_nonprivate", fit)

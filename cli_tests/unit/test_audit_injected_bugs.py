@@ -1,0 +1,128 @@
+"""``audit privacy`` at its DEFAULT settings (no --rows, --pairs or --trials) catches the known
+privacy bugs injected into the real code (issue #13, finding 5), and passes the shipped code.
+
+Before the fix it passed owl with Δ/2 (its neighbours reached 15 % of Δ), passed owl and
+synth-control with the ℓ2-Laplace radius drawn from a 1-D Laplace law (500 releases per side can
+never show more than ε ≈ 3.5), and exited 2 instead of 4 on a one-sided refusal.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cli_tests import injected_bugs as bugs
+from cli_tests.helpers import invoke, write_yaml
+from dpcausal.audit.estimators import N_EVENTS, max_attainable
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    shutil.copytree(REPO / "sample_data", tmp_path / "sample_data")
+    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    (tmp_path / "out").mkdir()  # as in a clone (out/.gitkeep): ledgers are never made in new dirs
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def audit(spec: Path | str) -> tuple[int, dict[str, Any], str]:
+    res = invoke(["audit", "privacy", "--spec", str(spec), "--json"])
+    report = json.loads(res.stdout) if res.stdout.strip().startswith("{") else {}
+    return res.exit_code, report, res.stderr
+
+
+def test_shipped_owl_passes_and_its_neighbours_reach_the_stated_sensitivity(workdir: Path) -> None:
+    code, report, err = audit("configs/owl.yaml")
+    assert code == 0, err
+    g = report["gray_box"]
+    assert 0.99 < g["max_sensitivity_ratio"] <= 1.0  # the quiet planted pair attains Δ
+    stage = report["black_box"]["stages"][0]
+    assert stage["testable"] and stage["max_attainable_bound"] > 5.0  # the claim ε = 5
+    assert stage["epsilon_lower_bound"] <= 5.0
+
+
+def test_owl_with_half_the_sensitivity_fails(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bugs.halve_owl_sensitivity(monkeypatch)
+    code, report, err = audit("configs/owl.yaml")
+    assert code == 4, err
+    assert report["gray_box"]["max_sensitivity_ratio"] > 1.9
+    assert "exceeds the claimed ε" in err
+
+
+def test_owl_with_a_1d_laplace_radius_fails(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bugs.one_d_radius(monkeypatch)
+    code, report, err = audit("configs/owl.yaml")
+    assert code == 4, err
+    assert report["gray_box"]["max_sensitivity_ratio"] <= 1.0  # only the black box can see it
+    assert report["black_box"]["stages"][0]["epsilon_lower_bound"] > 5.0
+
+
+def test_synth_control_with_a_1d_laplace_radius_fails_at_a_small_epsilon(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default-run version (the shipped ε = 20 needs ~10⁶ draws: the slow test below)."""
+    doc = yaml.safe_load((workdir / "configs" / "synth_control.yaml").read_text())
+    doc["privacy"]["epsilon"] = 4.0
+    spec = write_yaml(workdir / "sc.yaml", doc)
+    code, _, err = audit(spec)
+    assert code == 0, err
+    bugs.one_d_radius(monkeypatch)
+    code, _, err = audit(spec)
+    assert code == 4, err
+    assert "synth_control.coefficients" in err
+
+
+@pytest.mark.slow
+def test_synth_control_with_a_1d_laplace_radius_fails(workdir: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    bugs.one_d_radius(monkeypatch)
+    code, report, err = audit("configs/synth_control.yaml")
+    assert code == 4, err
+    coef = report["black_box"]["stages"][0]
+    assert coef["stage"] == "synth_control.coefficients" and coef["epsilon_lower_bound"] > 10.0
+
+
+def test_a_refusal_on_one_side_of_a_pair_is_a_violation(workdir: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    bugs.refuse_on_odd_treated(monkeypatch)
+    code, _, err = audit("configs/owl.yaml")
+    assert code == 4, err
+    assert "refuses on one side of a neighbouring pair only" in err
+
+
+def test_a_refusal_on_every_data_set_is_a_usage_error(workdir: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpcausal.errors import SolverError
+    from dpcausal.methods import owl
+
+    def never(*args: Any) -> Any:
+        raise SolverError("the solver did not converge")
+
+    monkeypatch.setattr(owl, "fit_nonprivate", never)
+    code, _, err = audit("configs/owl.yaml")
+    assert code == 2, err
+
+
+def test_the_default_black_box_can_reach_every_shipped_claim_it_can_afford() -> None:
+    """500 releases per side (250 tested) could never show more than ≈ 3.5; the default size
+    follows the claim."""
+    assert max_attainable(250, 16) == pytest.approx(3.54, abs=0.01)
+    from dpcausal.audit.blackbox import _sizes
+
+    for eps in (1.0, 5.0, 10.0):
+        _, test = _sizes(eps, 0.0, N_EVENTS, 38, None, vectorized=True)
+        assert max_attainable(test, N_EVENTS, share=0.5) > eps
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["owl", "synth_control", "select_policy", "cate", "two_stage"])
+def test_every_shipped_config_passes_at_default_settings(workdir: Path, config: str) -> None:
+    code, report, err = audit(f"configs/{config}.yaml")
+    assert code == 0, err
+    assert report["verdict"] == "pass"
