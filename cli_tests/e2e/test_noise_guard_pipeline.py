@@ -5,7 +5,6 @@ before anything is written or charged (issue #13, finding 4)."""
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +22,6 @@ REPO = Path(__file__).resolve().parents[2]
 CONFIGS = {"owl": "owl.yaml", "select-policy": "select_policy.yaml",
            "synth-control": "synth_control.yaml", "cate": "cate.yaml", "two-stage": "two_stage.yaml"}
 ENGINE_CHANGES = {"cate": {"features": "rff", "rff_dim": 20}}  # cate's engine path is rff only
-
-
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    shutil.copytree(REPO / "sample_data", tmp_path / "sample_data")
-    shutil.copytree(REPO / "configs", tmp_path / "configs")
-    (tmp_path / "out").mkdir()  # as in a clone (out/.gitkeep): ledgers are never made in new dirs
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def _spec(command: str, engine: bool = False) -> Path:

@@ -24,16 +24,6 @@ from dpcausal.spec.owl import OwlSpec
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the example spec and sample data, in a temporary current directory."""
-    shutil.copytree(REPO / "sample_data", tmp_path / "sample_data")
-    shutil.copytree(REPO / "configs", tmp_path / "configs")
-    (tmp_path / "out").mkdir()  # as in a clone (out/.gitkeep): ledgers are never made in new dirs
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def spec_doc() -> dict[str, Any]:
     return yaml.safe_load((REPO / "configs" / "owl.yaml").read_text())
 

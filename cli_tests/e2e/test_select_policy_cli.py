@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +20,6 @@ from dpcausal.spec.select_policy import SelectPolicySpec
 REPO = Path(__file__).resolve().parents[2]
 CMD = "select-policy"
 DATA = "sample_data/select_policy_obs.csv"
-
-
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the configs and sample data, in a temporary current directory."""
-    shutil.copytree(REPO / "sample_data", tmp_path / "sample_data")
-    shutil.copytree(REPO / "configs", tmp_path / "configs")
-    (tmp_path / "out").mkdir()  # as in a clone (out/.gitkeep): ledgers are never made in new dirs
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def spec_doc() -> dict[str, Any]:

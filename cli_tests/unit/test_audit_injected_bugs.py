@@ -9,7 +9,6 @@ never show more than ε ≈ 3.5), and exited 2 instead of 4 on a one-sided refus
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +20,6 @@ from cli_tests.helpers import invoke, write_yaml
 from dpcausal.audit.estimators import N_EVENTS, max_attainable
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    shutil.copytree(REPO / "sample_data", tmp_path / "sample_data")
-    shutil.copytree(REPO / "configs", tmp_path / "configs")
-    (tmp_path / "out").mkdir()  # as in a clone (out/.gitkeep): ledgers are never made in new dirs
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def audit(spec: Path | str) -> tuple[int, dict[str, Any], str]:

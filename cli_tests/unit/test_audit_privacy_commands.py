@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +25,6 @@ from dpcausal.spec.select_policy import SelectPolicySpec
 
 REPO = Path(__file__).resolve().parents[2]
 FloatArray = npt.NDArray[np.float64]
-
-
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the configs and sample data, in a temporary current directory."""
-    shutil.copytree(REPO / "sample_data", tmp_path / "sample_data")
-    shutil.copytree(REPO / "configs", tmp_path / "configs")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def audit(spec: Path | str, *args: str) -> tuple[int, dict[str, Any], str]:
