@@ -173,13 +173,27 @@ class Event:
 
     def contains(self, x: FloatArray) -> npt.NDArray[np.bool_]:
         """Which releases (rows of ``x``) fall in the event."""
+        return self.hits(self.statistic(x))
+
+    def statistic(self, x: FloatArray) -> FloatArray:
+        """The projection (half-spaces), the distance to the centre (balls), or 0/1 (singletons)."""
+        if self.kind in ("≥", "≤"):
+            assert self.direction is not None
+            return np.asarray(x @ self.direction, dtype=np.float64)
+        assert self.centre is not None
+        if self.kind == "ball":
+            return np.asarray(np.linalg.norm(x - self.centre, axis=1), dtype=np.float64)
+        return np.asarray(np.all(x == self.centre, axis=1), dtype=np.float64)
+
+    def hits(self, stat: FloatArray) -> npt.NDArray[np.bool_]:
+        """Membership from :meth:`statistic`."""
         if self.kind == "≥":
-            return np.asarray(x @ self.direction >= self.threshold)
+            return np.asarray(stat >= self.threshold)
         if self.kind == "≤":
-            return np.asarray(x @ self.direction <= self.threshold)
-        if self.kind == "=":
-            return np.asarray(np.all(x == self.centre, axis=1))
-        return np.asarray(np.linalg.norm(x - self.centre, axis=1) <= self.radius)
+            return np.asarray(stat <= self.threshold)
+        if self.kind == "ball":
+            return np.asarray(stat <= self.radius)
+        return np.asarray(stat > 0.5)
 
 
 PROJECTION_QUANTILES = (0.5, 0.75, 0.9, 0.97, 0.99)
@@ -222,20 +236,13 @@ def candidate_events(sel_a: FloatArray, sel_b: FloatArray) -> list[Event]:
 
 def count_in(events: list[Event], x: FloatArray) -> npt.NDArray[np.int64]:
     """How many rows of ``x`` fall in each event (each projection and distance computed once)."""
-    cache: dict[int, FloatArray] = {}
+    cache: dict[tuple[str, int], FloatArray] = {}
     counts = np.zeros(len(events), dtype=np.int64)
     for i, ev in enumerate(events):
-        if ev.kind in ("≥", "≤", "ball"):
-            key = id(ev.direction) if ev.kind != "ball" else id(ev.centre)
-            if key not in cache:
-                cache[key] = (x @ ev.direction if ev.kind != "ball"
-                              else np.linalg.norm(x - ev.centre, axis=1))
-            v = cache[key]
-            hit = (v >= ev.threshold if ev.kind == "≥" else v <= ev.threshold if ev.kind == "≤"
-                   else v <= ev.radius)
-        else:
-            hit = ev.contains(x)
-        counts[i] = int(np.count_nonzero(hit))
+        key = ("p", id(ev.direction)) if ev.kind in ("≥", "≤") else (ev.kind, id(ev.centre))
+        if key not in cache:
+            cache[key] = ev.statistic(x)
+        counts[i] = int(np.count_nonzero(ev.hits(cache[key])))
     return counts
 
 

@@ -14,6 +14,7 @@ refuses is an output, and it must not depend on one person's row (issue #13).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,8 +158,8 @@ def run_audit(
         if first is None:
             ref, ref_err = base, base_err
         else:
-            ref, ref_err = _attempt(lambda f=first: adapter.pre_noise(spec, f, plan, side))
-        vals, val_err = _attempt(lambda o=other: adapter.pre_noise(spec, o, plan, side))
+            ref, ref_err = _attempt(functools.partial(adapter.pre_noise, spec, first, plan, side))
+        vals, val_err = _attempt(functools.partial(adapter.pre_noise, spec, other, plan, side))
         report.pairs += 1
         if progress:
             progress("neighbours", i + 1, pairs)

@@ -77,4 +77,4 @@ class ExponentialMechanism:
         if u.ndim != 1 or u.size == 0 or not np.all(np.isfinite(u)):
             raise ValueError("utilities must be a non-empty 1-d array of finite values")
         scores = (u - u.max()) / self.temperature + rng.gumbel(0.0, 1.0, size=(count, u.size))
-        return np.argmax(scores, axis=1).astype(np.int64)
+        return np.asarray(np.argmax(scores, axis=1), dtype=np.int64)

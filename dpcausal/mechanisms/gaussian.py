@@ -117,7 +117,7 @@ class GaussianMechanism:
         self, value: npt.ArrayLike, *, rng: np.random.Generator
     ) -> npt.NDArray[np.float64]:
         """Return ``value`` plus N(0, σ²) noise in every coordinate."""
-        return self.release_many(value, 1, rng=rng)[0]
+        return np.asarray(self.release_many(value, 1, rng=rng)[0], dtype=np.float64)
 
     def release_many(
         self, value: npt.ArrayLike, count: int, *, rng: np.random.Generator

@@ -133,7 +133,7 @@ class GaussianProcessMechanism:
         function x ↦ ζ(x)ᵀ(w + σξ) is this release. It is the Gaussian mechanism on w with ℓ2
         sensitivity ``rkhs_sensitivity`` (a bound on ‖w_D − w_D′‖₂), hence (ε, δ)-DP at σ.
         """
-        return self.release_weights_many(weights, 1, rng=rng)[0]
+        return np.asarray(self.release_weights_many(weights, 1, rng=rng)[0], dtype=np.float64)
 
     def release_weights_many(self, weights: npt.ArrayLike, count: int, *,
                              rng: np.random.Generator) -> FloatArray:
@@ -169,7 +169,8 @@ class GaussianProcessMechanism:
         Give either ``points`` (d × q, in the coordinates the kernel is defined on) or ``gram`` =
         k0(X, X) (d × d). Duplicate points get identical noise (same path).
         """
-        return self.release_many(values_at_points, 1, rng=rng, gram=gram, points=points)[0]
+        out = self.release_many(values_at_points, 1, rng=rng, gram=gram, points=points)
+        return np.asarray(out[0], dtype=np.float64)
 
     def release_many(
         self,

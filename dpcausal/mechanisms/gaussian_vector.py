@@ -65,7 +65,7 @@ class GaussianNoiseVector:
         self, value: npt.ArrayLike, *, rng: np.random.Generator
     ) -> npt.NDArray[np.float64]:
         """Return ``value`` (shape (dim,)) plus one N(0, σ² I) draw."""
-        return self.release_many(value, 1, rng=rng)[0]
+        return np.asarray(self.release_many(value, 1, rng=rng)[0], dtype=np.float64)
 
     def release_many(
         self, value: npt.ArrayLike, count: int, *, rng: np.random.Generator

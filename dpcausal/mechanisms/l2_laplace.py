@@ -79,13 +79,13 @@ class L2LaplaceMechanism:
             norm = np.linalg.norm(direction, axis=1)
         radius = rng.gamma(shape=float(self.dim), scale=self.scale, size=rows)
         noise = (radius / norm)[:, None] * direction
-        return noise[0] if count is None else noise
+        return np.asarray(noise[0] if count is None else noise, dtype=np.float64)
 
     def release(
         self, value: npt.ArrayLike, *, rng: np.random.Generator
     ) -> npt.NDArray[np.float64]:
         """Return ``value`` (a vector of length ``dim``) plus one noise vector."""
-        return self.release_many(value, 1, rng=rng)[0]
+        return np.asarray(self.release_many(value, 1, rng=rng)[0], dtype=np.float64)
 
     def release_many(
         self, value: npt.ArrayLike, count: int, *, rng: np.random.Generator

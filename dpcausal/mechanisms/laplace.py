@@ -57,7 +57,7 @@ class LaplaceMechanism:
         self, value: npt.ArrayLike, *, rng: np.random.Generator
     ) -> npt.NDArray[np.float64]:
         """Return ``value`` plus Laplace noise of scale b in every coordinate."""
-        return self.release_many(value, 1, rng=rng)[0]
+        return np.asarray(self.release_many(value, 1, rng=rng)[0], dtype=np.float64)
 
     def release_many(
         self, value: npt.ArrayLike, count: int, *, rng: np.random.Generator
