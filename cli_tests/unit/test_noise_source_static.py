@@ -23,6 +23,7 @@ NOISE_LAWS = {"laplace", "gumbel", "gamma", "exponential", "standard_exponential
               "standard_gamma"}
 GAUSSIAN = {"normal", "standard_normal", "multivariate_normal"}
 PRIVATE_NAMES = {"noise_generator", "noise_rng", "ChaCha", "randomgen", "_rng"}
+PRIVATE_ATTRIBUTES = {"_rng", "bit_generator"}
 
 PUBLIC_GAUSSIAN = {  # (module, function) → why the draw is public randomness, not privacy noise
     ("methods/cate_rff.py", "draw"): "random Fourier frequencies from the public rff_seed",
@@ -72,6 +73,8 @@ def _violations(package: Path = PACKAGE) -> list[str]:
                     (node.module or "").startswith(("dpcausal.mechanisms._rng", "randomgen"))
                     or any(a.name in PRIVATE_NAMES for a in node.names)):
                 found.append(f"{where}: imports the privacy generator")
+            if isinstance(node, ast.Attribute) and node.attr in PRIVATE_ATTRIBUTES:
+                found.append(f"{where}: reaches into the guard's generator (.{node.attr})")
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
                 continue
             attr = node.func.attr
@@ -114,11 +117,12 @@ def test_the_check_catches_a_raw_draw(tmp_path: Path) -> None:
         "    theta = mech.release(theta_hat, rng=noise_rng)\n"
         "    b = rng.laplace(0.0, 1.0, 3)\n"
         "    z = rng.standard_normal(3)\n"
+        "    g = noise._rng\n"
         "    return noise.release(mech, theta)\n")
     (tmp_path / "mechanisms" / "ok.py").write_text("def f(rng):\n    return rng.laplace()\n")
     found = _violations(tmp_path)
-    assert len(found) == 6, found
-    for what in ("imports the privacy generator", "names the privacy generator",
+    assert len(found) == 7, found
+    for what in ("imports the privacy generator", "names the privacy generator", "(._rng)",
                  "release(rng=...) past the noise guard", "laplace(), a privacy-noise law",
                  "unreviewed Gaussian draw standard_normal()"):
         assert any(what in f for f in found), (what, found)
