@@ -16,9 +16,34 @@ EXIT_IO = 5
 
 
 class DPCausalError(Exception):
-    """Base class of errors that are fed back to the user with an exit code."""
+    """Base class of errors that are fed back to the user with an exit code.
+
+    Parameters
+    ----------
+    message
+        The one sentence shown to the user (it names the file, field or column and the fix).
+    file, field, column
+        What the error is about, when known: repeated as keys of the ``--json`` error object so a
+        pipeline need not parse the message.
+    """
 
     exit_code: int = EXIT_INTERNAL
+
+    def __init__(self, message: str = "", *, file: object = None, field: str | None = None,
+                 column: str | None = None) -> None:
+        super().__init__(message)
+        self.file = None if file is None else str(file)
+        self.field = field
+        self.column = column
+
+    def to_dict(self) -> dict[str, object]:
+        """The ``--json`` form: ``{"error", "exit_code"}`` plus ``file``/``field``/``column``
+        when known."""
+        out: dict[str, object] = {"error": str(self), "exit_code": self.exit_code}
+        for key in ("file", "field", "column"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
 
 
 class SpecError(DPCausalError):

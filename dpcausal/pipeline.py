@@ -19,7 +19,7 @@ from dpcausal.accounting.budget import Budget
 from dpcausal.accounting.ledger import Ledger, LedgerState, now_iso
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.accounting.receipt import build_receipt, finalize, sha256_bytes
-from dpcausal.errors import OutputError
+from dpcausal.errors import BudgetExceededError, OutputError
 from dpcausal.io import tables
 from dpcausal.io.documents import read_document
 from dpcausal.io.release_dir import RECEIPT, ReleaseDir
@@ -41,6 +41,8 @@ class RunResult:
     receipt: dict[str, Any] | None = None
     output_paths: list[Path] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
+    refusal: BudgetExceededError | None = None
+    """A dry run whose plan the ledger refuses: the plan is still shown, then this error (exit 3)."""
 
     def plan_dict(self) -> dict[str, Any]:
         """The plan as printed by ``--dry-run --json``."""
@@ -179,8 +181,14 @@ def execute(
     if ledger is not None and spec.ledger is not None:
         cap = Budget(spec.ledger.budget.epsilon, spec.ledger.budget.delta)
         state = ledger.state(spec.ledger.dataset, plan.cost, cap)
-        Ledger.check(state)
     result = RunResult(plan=plan, n_rows=info.n_rows, ledger_state=state, dry_run=dry_run)
+    if state is not None:
+        try:
+            Ledger.check(state)
+        except BudgetExceededError as exc:
+            if not dry_run:
+                raise
+            result.refusal = exc  # a dry run shows the plan it refuses (the CLI exits 3 after)
     if dry_run:
         return result
 

@@ -107,7 +107,7 @@ def test_table_errors(tmp_path: Path, frame: pd.DataFrame) -> None:
         inspect_table(tmp_path / "d.xlsx")
     path = tmp_path / "d.csv"
     frame.to_csv(path, index=False)
-    with pytest.raises(DataError, match=r"column\(s\) 'z' not found; the file has: x, a, y"):
+    with pytest.raises(DataError, match=r"column\(s\) 'z' not found; the file's 3 column\(s\), nearest first: x, a, y"):
         read_table(path, ["x", "z"])
     empty = tmp_path / "e.csv"
     empty.write_text("x,y\n")

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def apply_saved_rule(
     command: str,
-    apply_rule: Callable[[Any, pd.DataFrame, Path], pd.DataFrame],
+    apply_rule: Callable[[Any, pd.DataFrame, Path, Path], pd.DataFrame],
     *,
     rule_path: Path,
     data: Path | None,
@@ -44,13 +44,21 @@ def apply_saved_rule(
     try:
         doc = json.loads(Path(rule_path).read_text())
     except FileNotFoundError as exc:
-        raise DataError(f"{rule_path}: rule file not found; check the --apply path") from exc
+        raise DataError(f"{rule_path}: rule file not found; check the --apply path",
+                        file=rule_path) from exc
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"{rule_path}: cannot read the rule file as JSON ({exc})") from exc
+        raise DataError(f"{rule_path}: cannot read the rule file as JSON ({exc})",
+                        file=rule_path) from exc
+    made_by = doc.get("command") if isinstance(doc, dict) else None
+    if made_by != command:  # checked before any row is read
+        hint = (f"it is a {made_by} rule: apply it with 'dpcausal {made_by} --apply'"
+                if isinstance(made_by, str) and made_by else "it names no command")
+        raise DataError(f"{rule_path}: not a dpcausal {command} rule file ({hint})",
+                        file=rule_path)
     info = inspect_table(data, "data file to score")
     with status(f"dpcausal {command}: applying rule", quiet or as_json):
         frame = read_table(data, list(info.columns), "data file to score")
-        recs = apply_rule(doc, frame, data)
+        recs = apply_rule(doc, frame, data, rule_path)
     written = [Path(out) / "recommendations.csv"]
     atomic_write(written[0], csv_bytes(recs))
     if info.format == "parquet":

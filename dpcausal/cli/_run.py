@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -35,13 +35,33 @@ def stderr_console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def guarded(fn: Callable[[], T]) -> T:
-    """Run ``fn``; map a DPCausalError to its exit code and anything else to 1 (a bug)."""
+def write_json(obj: dict[str, Any], *, allow_nan: bool = False) -> None:
+    """Print ``obj`` as the one JSON object of a ``--json`` run (stdout). Audit reports may hold
+    an infinite privacy loss (``allow_nan``); a release or a plan never does."""
+    sys.stdout.write(json.dumps(obj, indent=2, allow_nan=allow_nan) + "\n")
+
+
+def fail(exc: DPCausalError, *, as_json: bool, report: dict[str, Any] | None = None,
+         allow_nan: bool = False) -> NoReturn:
+    """End the run with ``exc``: its message on stderr and its exit code; with ``--json`` also
+    one JSON object on stdout — ``report`` (what the run has to show, e.g. a refused dry run's
+    plan) merged with ``{"error", "exit_code", "file"/"field"/"column"}``."""
+    stderr_console().print(f"error: {exc}", markup=False)
+    if as_json:
+        write_json({**(report or {}), **exc.to_dict()}, allow_nan=allow_nan)
+    raise typer.Exit(exc.exit_code)
+
+
+def guarded(fn: Callable[[], T], *, as_json: bool = False) -> T:
+    """Run ``fn``; map a DPCausalError to its exit code and anything else to 1 (a bug).
+
+    With ``as_json`` a failure also prints one JSON object on stdout (:func:`fail`), so a
+    pipeline parsing stdout gets ``{"error", "exit_code", ...}`` instead of nothing.
+    """
     try:
         return fn()
     except DPCausalError as exc:
-        stderr_console().print(f"error: {exc}", markup=False)
-        raise typer.Exit(exc.exit_code) from None
+        fail(exc, as_json=as_json)
     except (typer.Exit, typer.Abort):
         raise
     except Exception as exc:
@@ -57,6 +77,9 @@ def guarded(fn: Callable[[], T]) -> T:
         )
         if debug:
             traceback.print_exc()
+        if as_json:
+            write_json({"error": f"internal error (a bug in dpcausal): {type(exc).__name__}",
+                        "exit_code": EXIT_INTERNAL})
         raise typer.Exit(EXIT_INTERNAL) from None
 
 
@@ -122,16 +145,21 @@ def emit(result: RunResult, *, as_json: bool, quiet: bool) -> None:
     if as_json:
         if result.dry_run:
             obj: dict[str, Any] = result.plan_dict()
+            if result.refusal is not None:  # the plan, then the refusal, in one object
+                fail(result.refusal, as_json=True, report=obj)
         else:
             assert result.receipt is not None
             obj = {**result.receipt, "output_paths": [str(p) for p in result.output_paths],
                    "summary": result.summary}
-        sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False) + "\n")
+        write_json(obj)
         return
+    if not quiet:
+        print_plan(result, stdout_console())
+    if result.refusal is not None:
+        fail(result.refusal, as_json=False)
     if quiet:
         return
     console = stdout_console()
-    print_plan(result, console)
     if result.dry_run:
         console.print("dry run: no data row was read, nothing was spent or written.")
         return
@@ -176,4 +204,4 @@ def run_release_command(
                              test_noise_seed=test_noise_seed)
         emit(result, as_json=as_json, quiet=quiet)
 
-    guarded(body)
+    guarded(body, as_json=as_json)

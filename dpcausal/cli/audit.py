@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +12,14 @@ import typer
 from rich.progress import Progress, TaskID
 
 from dpcausal.audit.verify import verify
-from dpcausal.cli._run import guarded, show_progress, stderr_console, stdout_console
+from dpcausal.cli._run import (
+    fail,
+    guarded,
+    show_progress,
+    stderr_console,
+    stdout_console,
+    write_json,
+)
 from dpcausal.errors import AuditViolation, LedgerIntegrityError, OutputError, SpecError
 
 app = typer.Typer(no_args_is_help=True,
@@ -43,8 +48,15 @@ def verify_cmd(
             report = verify(ledger, list(receipt or []))
         except LedgerIntegrityError as exc:
             raise AuditViolation(str(exc)) from exc
+        violation = None if report.ok else AuditViolation(
+            report.problems[0]
+            + (f" (and {len(report.problems) - 1} more problem(s))"
+               if len(report.problems) > 1 else "")
+        )
         if as_json:
-            sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+            if violation is not None:  # one object: the report and the error
+                fail(violation, as_json=True, report=report.to_dict(), allow_nan=True)
+            write_json(report.to_dict(), allow_nan=True)
         elif not quiet:
             console = stdout_console()
             for ds, tot in report.totals.items():
@@ -57,14 +69,10 @@ def verify_cmd(
             if report.ok:
                 console.print(f"OK: {report.entries} ledger entries, {report.receipts_checked} "
                               "receipt(s) verified", markup=False)
-        if not report.ok:
-            raise AuditViolation(
-                report.problems[0]
-                + (f" (and {len(report.problems) - 1} more problem(s))"
-                   if len(report.problems) > 1 else "")
-            )
+        if violation is not None:
+            raise violation
 
-    guarded(body)
+    guarded(body, as_json=as_json)
 
 
 @app.command("repair")
@@ -152,14 +160,18 @@ def privacy_cmd(
         with _progress_bar(quiet or as_json) as progress:
             report = run_audit(adapter, model, frame, side, pairs=pairs, trials=trials, rng=rng,
                                progress=progress)
+        violation = (AuditViolation(f"{spec}: " + "; ".join(report.problems), file=spec)
+                     if report.violation else None)
         if as_json:
-            sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+            if violation is not None:  # one object: the report and the error
+                fail(violation, as_json=True, report=report.to_dict(), allow_nan=True)
+            write_json(report.to_dict(), allow_nan=True)
         elif not quiet:
             _print_report(report)
-        if report.violation:
-            raise AuditViolation(f"{spec}: " + "; ".join(report.problems))
+        if violation is not None:
+            raise violation
 
-    guarded(body)
+    guarded(body, as_json=as_json)
 
 
 @contextmanager

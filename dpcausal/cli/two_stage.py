@@ -36,10 +36,10 @@ def two_stage(
 ) -> None:
     """Release a DP treatment rule (balancing weights + objective-perturbed ERM), or --apply one."""
     if apply is not None:
-        guarded(lambda: _apply(apply, data, out, as_json, quiet))
+        guarded(lambda: _apply(apply, data, out, as_json, quiet), as_json=as_json)
         return
     if spec is None:
-        guarded(_missing_spec)
+        guarded(_missing_spec, as_json=as_json)
         return
     run_release_command("dpcausal.methods.two_stage", spec_path=spec, data=data, out=out, ledger=ledger,
                         seed=seed, dry_run=dry_run, as_json=as_json, quiet=quiet,

@@ -6,8 +6,10 @@ neighbouring relation a sensitivity was derived under, and silently changes n.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -32,7 +34,7 @@ def table_format(path: Path) -> TableFormat:
     if name.endswith((".csv", ".csv.gz", ".txt")):
         return "csv"
     raise DataError(
-        f"{path}: unknown file type; use a .csv (or .csv.gz) or .parquet file"
+        f"{path}: unknown file type; use a .csv (or .csv.gz) or .parquet file", file=path
     )
 
 
@@ -60,7 +62,7 @@ def file_identity(path: Path) -> tuple[int, ...]:
 def changed_error(path: Path) -> DataError:
     """The refusal when a data file differs from what was inspected and planned."""
     return DataError(f"{path}: the file changed while running; nothing was released or spent; "
-                     "rerun")
+                     "rerun", file=path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,11 +119,11 @@ def _require_file(path: Path | None, what: str) -> Path:
     p = Path(path)
     if not p.exists():
         raise DataError(f"{p}: {what} not found; check the path (relative paths are from the "
-                        "current directory)")
+                        "current directory)", file=p)
     if p.is_dir():
         parquet_files(p, what)
     elif not p.is_file():
-        raise DataError(f"{p}: {what} is not a file")
+        raise DataError(f"{p}: {what} is not a file", file=p)
     return p
 
 
@@ -139,7 +141,7 @@ def parquet_files(path: Path, what: str = "data file") -> list[Path]:
     )
     if not files:
         raise DataError(f"{p}: the {what} is a directory with no .parquet files; point data.path "
-                        "at a CSV/Parquet file or a directory of Parquet files")
+                        "at a CSV/Parquet file or a directory of Parquet files", file=p)
     return files
 
 
@@ -169,9 +171,9 @@ def inspect_table(path: Path | None, what: str = "data file") -> TableInfo:
                     )
                 ).num_rows
     except (pa.ArrowInvalid, OSError) as exc:
-        raise DataError(f"{p}: cannot read the {what}: {safe_reason(exc)}") from exc
+        raise DataError(f"{p}: cannot read the {what}: {safe_reason(exc)}", file=p) from exc
     if n_rows == 0:
-        raise DataError(f"{p}: the {what} has no rows")
+        raise DataError(f"{p}: the {what} has no rows", file=p)
     return TableInfo(p, fmt, columns, int(n_rows), stamps)
 
 
@@ -201,7 +203,7 @@ def _inspect_parquet_dir(path: Path, what: str
             columns = names
         elif set(names) != set(columns):
             raise DataError(f"{f}: its columns differ from the other files of {path}; every "
-                            "file of a partitioned dataset must have the same columns")
+                            "file of a partitioned dataset must have the same columns", file=f)
         n_rows += stamp.n_rows
         stamps.append(stamp)
     assert columns is not None
@@ -229,19 +231,44 @@ def check_column_types(info: TableInfo, columns: list[str]) -> None:
                     f"{stamp.path}: column '{column}' has type {got} but {first.path.name} has "
                     f"{want}; every file of the partitioned dataset {info.path} must store a "
                     "column with one type: rewrite the files with the same schema (e.g. cast "
-                    f"'{column}' to {want} before writing)"
+                    f"'{column}' to {want} before writing)", file=stamp.path
                 )
 
 
+def nearest_names(name: str, names: Sequence[str], k: int = 5) -> list[str]:
+    """Up to ``k`` of ``names`` closest to ``name``: case-insensitive equals first, then by
+    ``difflib`` similarity (ratio ≥ 0.5), best first."""
+    same_case = [n for n in names if n.lower() == name.lower() and n != name]
+    close = difflib.get_close_matches(name, list(dict.fromkeys(names)), n=k, cutoff=0.5)
+    return list(dict.fromkeys([*same_case, *close]))[:k]
+
+
 def check_columns(info: TableInfo, columns: list[str], role: str = "") -> None:
-    """Refuse when any of ``columns`` is missing from the file."""
-    missing = [c for c in columns if c not in info.columns]
+    """Refuse when any of ``columns`` is missing from the file, or is the name of more than one
+    of its columns (readers would silently take the first, or fail on the second).
+
+    A missing column's message lists the file's columns nearest to it first (``difflib``), then
+    the others, at most 20 in all."""
+    wanted = list(dict.fromkeys(columns))
+    missing = [c for c in wanted if c not in info.columns]
     if missing:
-        shown = ", ".join(info.columns[:20]) + (" ..." if len(info.columns) > 20 else "")
+        near = {c: nearest_names(c, info.columns) for c in missing}
+        named = ", ".join(f"'{c}'" + (f" (nearest: {', '.join(repr(n) for n in near[c])})"
+                                      if near[c] else "") for c in missing)
+        first = list(dict.fromkeys(n for c in missing for n in near[c]))
+        shown = list(dict.fromkeys([*first, *info.columns]))
+        listing = ", ".join(shown[:20]) + (" ..." if len(shown) > 20 else "")
         raise DataError(
-            f"{info.path}: column(s) {', '.join(repr(c) for c in missing)}{role} not found; "
-            f"the file has: {shown}. Fix data.columns in the spec or the file"
-        )
+            f"{info.path}: column(s) {named}{role} not found; the file's {len(info.columns)} "
+            f"column(s), nearest first: {listing}. Fix data.columns in the spec or the file",
+            file=info.path, column=missing[0])
+    for column in wanted:
+        count = info.columns.count(column)
+        if count > 1:
+            raise DataError(
+                f"{info.path}: the file has {count} columns named '{column}'; dpcausal cannot "
+                "tell which one the spec means: rename or drop the duplicates in the file's "
+                "header", file=info.path, column=column)
     check_column_types(info, columns)
 
 
@@ -262,9 +289,10 @@ def read_table(path: Path | None, columns: list[str], what: str = "data file") -
                 info.path, convert_options=pacsv.ConvertOptions(include_columns=cols)
             )
     except (pa.ArrowInvalid, OSError) as exc:
-        raise DataError(f"{info.path}: cannot read the {what}: {safe_reason(exc)}") from exc
+        raise DataError(f"{info.path}: cannot read the {what}: {safe_reason(exc)}",
+                        file=info.path) from exc
     if table.num_rows == 0:
-        raise DataError(f"{info.path}: the {what} has no rows")
+        raise DataError(f"{info.path}: the {what} has no rows", file=info.path)
     return table.to_pandas()
 
 
@@ -308,7 +336,7 @@ def csv_column_types(path: Path, columns: list[str], block_size: int = CSV_BLOCK
             column = names[int(found.group(1))] if found and int(found.group(1)) < len(names) \
                 else None
             if column not in types or types[column] == pa.string():
-                raise DataError(f"{path}: cannot read the data file: {safe_reason(exc)}"
+                raise DataError(f"{path}: cannot read the data file: {safe_reason(exc)}", file=path
                                 ) from exc
             types[column] = pa.bool_() if types[column] == pa.float64() else pa.string()
     raise AssertionError("unreachable: every column loosens at most twice")  # pragma: no cover
@@ -336,7 +364,8 @@ def numeric_column(frame: pd.DataFrame, column: str, path: Path | None) -> npt.N
         first = int(np.flatnonzero(non_numeric)[0])
         raise DataError(
             f"{path}: column '{column}' has {int(non_numeric.sum())} non-numeric value(s) "
-            f"(first at data row {first + 1}); the column must be numeric"
+            f"(first at data row {first + 1}); the column must be numeric", file=path,
+            column=column
         )
     _check_finite(arr, column, path)
     return arr
@@ -381,5 +410,6 @@ def _check_finite(arr: npt.NDArray[np.float64], column: str, path: Path | None) 
         raise DataError(
             f"{path}: column '{column}' has {int(bad.sum())} missing, NaN or infinite value(s) "
             f"(first at data row {first + 1}); dpcausal never drops rows: fix or remove them "
-            "before the run (a rule that depends only on each row itself, applied to every row)"
+            "before the run (a rule that depends only on each row itself, applied to every row)",
+            file=path, column=column
         )

@@ -330,9 +330,10 @@ def load_rule(doc: Any, path: Path) -> tuple[FeatureMap, FloatArray, dict[str, A
     return load_linear_rule(doc, path, "owl")
 
 
-def apply_rule(doc: dict[str, Any], frame: pd.DataFrame, path: Path | None) -> pd.DataFrame:
+def apply_rule(doc: dict[str, Any], frame: pd.DataFrame, path: Path | None,
+               rule_path: Path | None = None) -> pd.DataFrame:
     """Return ``frame`` plus a ``recommended`` column holding each row's arm label."""
-    return apply_linear_rule(doc, frame, path, "owl")
+    return apply_linear_rule(doc, frame, path, "owl", rule_path)
 
 
 def tune_gamma(spec: OwlSpec, setup: OwlSetup, public: pd.DataFrame, *, n: int,

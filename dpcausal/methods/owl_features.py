@@ -216,12 +216,14 @@ def load_linear_rule(doc: Any, path: Path, command: str) -> tuple[FeatureMap, Fl
 
 
 def apply_linear_rule(doc: Any, frame: pd.DataFrame, path: Path | None,
-                      command: str) -> pd.DataFrame:
+                      command: str, rule_path: Path | None = None) -> pd.DataFrame:
     """``frame`` plus a ``recommended`` column: the treated label where v(x)·θ > 0, else control.
 
     Post-processing of a released θ: covariates are clipped and mapped exactly as in training.
+    An invalid rule is blamed on ``rule_path`` (the ``--apply`` file), a missing or bad column on
+    ``path`` (the rows scored).
     """
-    fmap, theta, arms = load_linear_rule(doc, Path(str(path)), command)
+    fmap, theta, arms = load_linear_rule(doc, Path(str(rule_path or path)), command)
     missing = [c for c in fmap.names if c not in frame.columns]
     if missing:
         raise DataError(f"{path}: covariate column(s) {', '.join(missing)} of the rule not found")

@@ -57,6 +57,7 @@ def load_rule(doc: Any, path: Path) -> tuple[FeatureMap, FloatArray, dict[str, A
     return load_linear_rule(doc, path, "two-stage")
 
 
-def apply_rule(doc: dict[str, Any], frame: pd.DataFrame, path: Path | None) -> pd.DataFrame:
+def apply_rule(doc: dict[str, Any], frame: pd.DataFrame, path: Path | None,
+               rule_path: Path | None = None) -> pd.DataFrame:
     """Return ``frame`` plus a ``recommended`` column (post-processing of the released θ)."""
-    return apply_linear_rule(doc, frame, path, "two-stage")
+    return apply_linear_rule(doc, frame, path, "two-stage", rule_path)

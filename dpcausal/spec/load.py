@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import TypeVar
 
@@ -13,6 +14,27 @@ from pydantic import BaseModel, ValidationError
 from dpcausal.errors import SpecError
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class SpecLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that also reads the scientific forms people write as numbers.
+
+    YAML 1.1 (PyYAML) takes a float only with a dot and a signed exponent, so ``1e9``, ``1.0e9``
+    and ``5e-7`` arrive as text and a numeric field refuses them. This loader adds YAML 1.2's
+    float form (``[-+]?(.digits|digits[.digits])([eE][-+]?digits)``) to the YAML 1.1 ones; quoted
+    scalars and anything else that is not a number stay strings, and are still refused by a
+    numeric field. Only spec files use it (``yaml.safe_load`` elsewhere is unchanged).
+    """
+
+
+SpecLoader.yaml_implicit_resolvers = {
+    first: list(resolvers) for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)$"),
+    list("-+0123456789."),
+)
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:
@@ -53,9 +75,9 @@ def read_spec_bytes(path: Path) -> bytes:
     try:
         return Path(path).read_bytes()
     except FileNotFoundError as exc:
-        raise SpecError(f"{path}: spec file not found; check the --spec path") from exc
+        raise SpecError(f"{path}: spec file not found; check the --spec path", file=path) from exc
     except OSError as exc:
-        raise SpecError(f"{path}: cannot read the spec file: {exc.strerror}") from exc
+        raise SpecError(f"{path}: cannot read the spec file: {exc.strerror}", file=path) from exc
 
 
 def load_spec(path: Path, model: type[M]) -> tuple[M, str]:
@@ -65,20 +87,23 @@ def load_spec(path: Path, model: type[M]) -> tuple[M, str]:
     """
     raw = read_spec_bytes(path)
     try:
-        doc = yaml.safe_load(raw.decode("utf-8"))
+        doc = yaml.load(raw.decode("utf-8"), Loader=SpecLoader)  # a SafeLoader subclass
     except UnicodeDecodeError as exc:
-        raise SpecError(f"{path}: the spec is not UTF-8 text") from exc
+        raise SpecError(f"{path}: the spec is not UTF-8 text", file=path) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(f"{path}: invalid YAML{where}: {problem}") from exc
+        raise SpecError(f"{path}: invalid YAML{where}: {problem}", file=path) from exc
     if not isinstance(doc, dict):
-        raise SpecError(f"{path}: the spec must be a YAML mapping of sections (data, bounds, ...)")
+        raise SpecError(f"{path}: the spec must be a YAML mapping of sections (data, bounds, ...)",
+                        file=path)
     try:
         # Strict, through JSON: YAML's `true` is not a number, "5" is not a float, `yes` is not a
         # boolean; lists still become tuples (bounds) and strings paths.
         spec = model.model_validate_json(json.dumps(doc, default=str), strict=True)
     except ValidationError as exc:
-        raise SpecError(format_validation_error(path, exc)) from exc
+        first = exc.errors()[0]["loc"] if exc.errors() else ()
+        raise SpecError(format_validation_error(path, exc), file=path,
+                        field=_field_path(tuple(first))) from exc
     return spec, hashlib.sha256(raw).hexdigest()
