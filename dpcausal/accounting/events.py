@@ -7,10 +7,47 @@ public quantities alone, before any data is touched.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dpcausal.errors import SpecError
+
+MAX_NOISE_SCALE = 1e50
+"""The largest noise scale (Laplace b, Gaussian σ, Gamma or Gumbel scale) dpcausal computes with.
+
+Error bounds and intervals square noise scales and multiply two variances (synth-control's bound
+holds a scale⁴) before summing over up to ~1e8 coordinates: below 1e50 all of that stays far
+inside float64's range (1.8e308). A larger scale comes only from an ε (or ε share) so small, or
+public bounds so wide, that the release would be nothing but noise."""
+
 EventKind = Literal["laplace", "gaussian", "exponential", "l2_laplace", "gaussian_process"]
+
+
+def check_noise_scale(stage: str, epsilon: float, scale: float) -> None:
+    """Refuse, as a spec error (exit 2), a mechanism that cannot be computed in float64.
+
+    That is an ε share below the smallest normal float64 (2.2e-308, or underflowed to 0), or a
+    noise scale that is not a number in ``[0, MAX_NOISE_SCALE]`` (Δ/ε overflowing to inf, or
+    too large to square and multiply). Every mechanism calls it when built, and every event when
+    created, so a plan — hence a dry run, ``--dry-run --json`` and a release alike — refuses
+    before any row is read.
+
+    Raises
+    ------
+    SpecError
+        Naming ``privacy.epsilon``, the stage, its ε and the scale.
+    """
+    if not 0.0 <= epsilon < sys.float_info.min and 0.0 <= scale <= MAX_NOISE_SCALE:
+        return
+    why = (f"below the smallest normal float64 ({sys.float_info.min:.3g})"
+           if 0.0 <= epsilon < sys.float_info.min else
+           f"so its noise scale would be {scale:.3g}, beyond the {MAX_NOISE_SCALE:.0e} float64 "
+           "arithmetic on it can carry")
+    raise SpecError(
+        f"privacy.epsilon: ε too small for float64: the mechanism of stage '{stage}' gets "
+        f"ε = {epsilon:.3g}, {why}; raise privacy.epsilon (an ε this small would release only "
+        "noise)", field="privacy.epsilon")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +90,7 @@ class PrivacyEvent:
     partition: str | None = None
 
     def __post_init__(self) -> None:
+        self._check_representable()
         if not (math.isfinite(self.epsilon) and self.epsilon > 0):
             raise ValueError(f"event epsilon must be finite and > 0, got {self.epsilon!r}")
         if not (0.0 <= self.delta < 1.0):
@@ -61,6 +99,12 @@ class PrivacyEvent:
             raise ValueError(f"event sensitivity must be finite and >= 0, got {self.sensitivity!r}")
         if self.partition is not None and self.partition.count("/") != 1:
             raise ValueError(f"event partition must look like 'split/part', got {self.partition!r}")
+
+    def _check_representable(self) -> None:
+        """Every event passes :func:`check_noise_scale` (the mechanisms check it when built)."""
+        check_noise_scale(self.stage, self.epsilon, self.noise_scale)
+        if not math.isfinite(self.sensitivity):
+            check_noise_scale(self.stage, self.epsilon, math.inf)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form used in receipts and the ledger (``partition`` only when set)."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from dpcausal.accounting.events import PrivacyEvent
+from dpcausal.accounting.events import PrivacyEvent, check_noise_scale
 from dpcausal.mechanisms._checks import check_epsilon, check_sensitivity
 
 
@@ -39,6 +39,7 @@ class ExponentialMechanism:
         check_sensitivity(self.utility_sensitivity)
         if self.utility_sensitivity == 0:
             raise ValueError("utility_sensitivity must be > 0 for the exponential mechanism")
+        check_noise_scale(self.stage, self.epsilon, self.temperature)
 
     @property
     def temperature(self) -> float:

@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import optimize, special
 
-from dpcausal.accounting.events import PrivacyEvent
+from dpcausal.accounting.events import PrivacyEvent, check_noise_scale
 from dpcausal.mechanisms._checks import check_epsilon, check_sensitivity
 
 
@@ -91,7 +91,7 @@ class GaussianMechanism:
             raise ValueError(f"delta must be in (0, 1) for the Gaussian mechanism, got {self.delta!r}")
         if self.calibration not in ("analytic", "classic"):
             raise ValueError(f"calibration must be 'analytic' or 'classic', got {self.calibration!r}")
-        self.sigma  # noqa: B018 - validates the calibration (classic refuses epsilon >= 1)
+        check_noise_scale(self.stage, self.epsilon, self.sigma)  # classic refuses epsilon >= 1
 
     @property
     def sigma(self) -> float:

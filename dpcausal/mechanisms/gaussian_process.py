@@ -9,7 +9,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from dpcausal.accounting.events import PrivacyEvent
+from dpcausal.accounting.events import PrivacyEvent, check_noise_scale
 from dpcausal.mechanisms._checks import check_epsilon, check_sensitivity
 from dpcausal.mechanisms.gaussian import analytic_gaussian_sigma
 
@@ -88,6 +88,7 @@ class GaussianProcessMechanism:
             raise ValueError(f"bandwidth must be finite and > 0, got {self.bandwidth!r}")
         if self.calibration not in ("classic", "analytic"):
             raise ValueError(f"calibration must be 'classic' or 'analytic', got {self.calibration!r}")
+        check_noise_scale(self.stage, self.epsilon, self.sigma)
 
     @property
     def sigma_classic(self) -> float:

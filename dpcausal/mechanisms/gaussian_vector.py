@@ -8,14 +8,13 @@ variables) yields its own σ.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from dpcausal.accounting.events import PrivacyEvent
+from dpcausal.accounting.events import PrivacyEvent, check_noise_scale
 from dpcausal.mechanisms._checks import check_epsilon, check_sensitivity
 
 
@@ -43,8 +42,9 @@ class GaussianNoiseVector:
         check_sensitivity(self.l2_sensitivity)
         if not 0.0 < self.delta < 1.0:
             raise ValueError(f"delta must be in (0, 1), got {self.delta!r}")
-        if not (math.isfinite(self.sigma) and self.sigma > 0):
+        if self.sigma <= 0:
             raise ValueError(f"sigma must be finite and > 0, got {self.sigma!r}")
+        check_noise_scale(self.stage, self.epsilon, self.sigma)  # inf or NaN: ε too small
         if not (isinstance(self.dim, int | np.integer) and self.dim >= 1):
             raise ValueError(f"dim must be a positive integer, got {self.dim!r}")
 

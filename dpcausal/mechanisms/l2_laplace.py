@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from dpcausal.accounting.events import PrivacyEvent
+from dpcausal.accounting.events import PrivacyEvent, check_noise_scale
 from dpcausal.mechanisms._checks import check_epsilon, check_sensitivity
 
 
@@ -42,6 +42,7 @@ class L2LaplaceMechanism:
         check_sensitivity(self.l2_sensitivity)
         if not (isinstance(self.dim, int | np.integer) and self.dim >= 1):
             raise ValueError(f"dim must be a positive integer, got {self.dim!r}")
+        check_noise_scale(self.stage, self.epsilon, self.scale)
 
     @property
     def scale(self) -> float:

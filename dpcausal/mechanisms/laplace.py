@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from dpcausal.accounting.events import PrivacyEvent
+from dpcausal.accounting.events import PrivacyEvent, check_noise_scale
 from dpcausal.mechanisms._checks import check_epsilon, check_sensitivity
 
 
@@ -35,6 +35,7 @@ class LaplaceMechanism:
     def __post_init__(self) -> None:
         check_epsilon(self.epsilon)
         check_sensitivity(self.l1_sensitivity)
+        check_noise_scale(self.stage, self.epsilon, self.scale)
 
     @property
     def scale(self) -> float:

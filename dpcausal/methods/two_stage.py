@@ -265,6 +265,7 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
     cal = calibrate(n=n_rows, dim=dim, m_x=M_X, m_y=setup.m_y, l1_radius=setup.l1_radius,
                     epsilon=spec.privacy.epsilon, delta=delta, eps_split=sec.eps_split,
                     noise=sec.noise, bounds=bounds, mode=sec.calibration)
+    mech = mechanism(spec, cal, dim)  # first: an ε too small for float64 is named as such
     gamma = cal.gamma_required if sec.gamma is None else sec.gamma
     if gamma < cal.gamma_required:
         raise PrivacyError(
@@ -277,7 +278,6 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
     if not cholesky_completes(dim, 2.0 + gamma + slack, gamma - slack):
         raise SpecError(f"two_stage.gamma: γ = {gamma:.3g} is too small for a float64 stage-2 solve "
                         f"with {dim} features that cannot fail; raise two_stage.gamma (or lower ε)")
-    mech = mechanism(spec, cal, dim)
     base = mech.event()
     rho = noise_to_signal(cal, n_rows)
     params = {**base.params, "noise": sec.noise, "calibration": sec.calibration,
