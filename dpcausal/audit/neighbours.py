@@ -53,13 +53,34 @@ class RowDomain:
         return pd.DataFrame(cols)
 
 
+def _holds(dtype: Any, val: Any) -> bool:
+    """Whether a column of ``dtype`` takes ``val`` without changing dtype (pandas 3 refuses,
+    pandas 2 warns, when it would not)."""
+    is_bool = isinstance(val, bool | np.bool_)
+    if pd.api.types.is_bool_dtype(dtype):
+        return is_bool
+    if pd.api.types.is_integer_dtype(dtype):
+        return isinstance(val, int | np.integer) and not is_bool
+    if pd.api.types.is_float_dtype(dtype):
+        return isinstance(val, int | float | np.integer | np.floating) and not is_bool
+    return bool(pd.api.types.is_object_dtype(dtype))
+
+
 def replace_one(frame: pd.DataFrame, index: int, row: dict[str, Any]) -> pd.DataFrame:
-    """A copy of ``frame`` with row ``index`` replaced (on the given columns)."""
+    """A copy of ``frame`` with row ``index`` replaced (on the given columns).
+
+    A column that cannot hold a new value as it is (an integer column and a value inside the
+    bounds such as 7.4, a numeric column and a label) is widened first: to float64 for a number,
+    else to object. The methods read every column as float64 or labels, so D′ means what it says.
+    """
     out = frame.copy()
     for col, val in row.items():
         if col in out.columns:
-            if pd.api.types.is_numeric_dtype(out[col]) and not isinstance(val, int | float | bool):
-                out[col] = out[col].astype(object)
+            if not _holds(out[col].dtype, val):
+                number = isinstance(val, int | float | np.integer | np.floating) and not isinstance(
+                    val, bool | np.bool_)
+                numeric_col = pd.api.types.is_numeric_dtype(out[col])
+                out[col] = out[col].astype(np.float64 if number and numeric_col else object)
             out.loc[out.index[index], col] = val
     return out
 

@@ -169,7 +169,7 @@ def iter_piece(piece: Piece, columns: Sequence[str], batch_rows: int
                                                         if c in cols}))
             batches: Any = reader
         else:
-            batches = pq.ParquetFile(piece.path).iter_batches(
+            batches = pq.ParquetFile(piece.path, page_checksum_verification=True).iter_batches(
                 batch_size=batch_rows, row_groups=list(piece.row_groups), columns=cols)
         for batch in batches:
             if batch.num_rows == 0:

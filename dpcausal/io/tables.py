@@ -38,6 +38,38 @@ def table_format(path: Path) -> TableFormat:
     )
 
 
+MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"\xfd7zXZ\x00", "xz"), (b"PK\x03\x04", "zip"), (b"PAR1", "Parquet"),
+)
+"""Leading bytes of the binary formats a ``.csv`` file is most often by mistake."""
+
+
+def check_csv_bytes(path: Path) -> None:
+    """Refuse a CSV file whose first bytes say it is not plain text, naming what it is.
+
+    pyarrow reads a ``.csv.gz`` file (gzip) as it streams it, in memory and on the engines alike;
+    gzip bytes under a plain ``.csv`` name would be parsed as text ("Expected 1 columns, got 2"),
+    and a ``.csv.gz`` name on a file that is not gzip fails as deep. Only the format's magic
+    bytes are read (like the header, no data value)."""
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+    kind = next((name for magic, name in MAGIC if head.startswith(magic)), None)
+    gz_name = Path(path).name.lower().endswith(".gz")
+    if gz_name and kind != "gzip":
+        raise DataError(f"{path}: the name ends in .gz but the file is not gzip-compressed"
+                        f"{f' (it is a {kind} file)' if kind else ''}; rename it to .csv",
+                        file=path)
+    if gz_name or kind is None:
+        return
+    fix = {"gzip": "name it .csv.gz (dpcausal decompresses .csv.gz as it reads) or decompress it",
+           "Parquet": "name it .parquet"}.get(kind, "decompress it (dpcausal reads .csv, .csv.gz "
+                                                   "and .parquet files)")
+    what = "a Parquet file" if kind == "Parquet" else f"a {kind}-compressed file"
+    raise DataError(f"{path}: the file is {what}, not CSV text, but its name says CSV: {fix}",
+                    file=path)
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class FileStamp:
     """One data file as it was when inspected: its identity (``file_identity``) and, for Parquet,
@@ -92,6 +124,9 @@ def safe_reason(exc: Exception) -> str:
     its conversion errors the cell (``invalid value 'Smith-John-1957-03-02'``): one person's
     record would land in a cron or CI log. Keep the part before any quoted text.
     """
+    if "checksum verification failed" in str(exc):
+        return ("a Parquet page failed its checksum: the file is corrupted (restore it from its "
+                "source, or rewrite it)")
     if isinstance(exc, OSError) and not isinstance(exc, pa.ArrowInvalid):
         return exc.strerror or type(exc).__name__
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -160,6 +195,7 @@ def inspect_table(path: Path | None, what: str = "data file") -> TableInfo:
             n_rows = stamps[0].n_rows
         else:
             stamps = (FileStamp(p.resolve(), file_identity(p)),)
+            check_csv_bytes(p)
             reader = pacsv.open_csv(p)
             columns = tuple(reader.schema.names)
             n_rows = 0
@@ -280,10 +316,11 @@ def read_table(path: Path | None, columns: list[str], what: str = "data file") -
     try:
         if info.path.is_dir():
             table = pa.concat_tables(
-                [pq.read_table(f, columns=cols) for f in parquet_files(info.path, what)]
+                [pq.read_table(f, columns=cols, page_checksum_verification=True)
+                 for f in parquet_files(info.path, what)]
             )
         elif info.format == "parquet":
-            table = pq.read_table(info.path, columns=cols)
+            table = pq.read_table(info.path, columns=cols, page_checksum_verification=True)
         else:
             table = pacsv.read_csv(
                 info.path, convert_options=pacsv.ConvertOptions(include_columns=cols)

@@ -72,6 +72,7 @@ def _with_series(spec: SynthControlSpec, frame: pd.DataFrame, unit: Any,
         assert cols.outcome is not None
         rows = (out[cols.unit] == unit).to_numpy()
         pos = np.searchsorted(times, out.loc[rows, cols.time].to_numpy())
+        out[cols.outcome] = out[cols.outcome].astype(np.float64)  # an integer column, too
         out.loc[rows, cols.outcome] = values[pos]
     else:
         pos = np.searchsorted(times, out[cols.time].to_numpy())
