@@ -14,6 +14,7 @@ from dpcausal.cli import audit as audit_cli
 from dpcausal.cli import ledger as ledger_cli
 from dpcausal.cli._run import guarded
 from dpcausal.cli.cate import cate
+from dpcausal.cli.options import Command, Group
 from dpcausal.cli.owl import owl
 from dpcausal.cli.select_policy import select_policy
 from dpcausal.cli.synth_control import synth_control
@@ -22,6 +23,7 @@ from dpcausal.errors import SpecError
 
 app = typer.Typer(
     name="dpcausal",
+    cls=Group,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -37,11 +39,11 @@ SPEC_MODELS: dict[str, str] = {
 }
 """Command → its spec model, imported on demand (``dpcausal --help`` loads no method)."""
 
-app.command("owl")(owl)
-app.command("select-policy")(select_policy)
-app.command("synth-control")(synth_control)
-app.command("cate")(cate)
-app.command("two-stage")(two_stage)
+app.command("owl", cls=Command)(owl)
+app.command("select-policy", cls=Command)(select_policy)
+app.command("synth-control", cls=Command)(synth_control)
+app.command("cate", cls=Command)(cate)
+app.command("two-stage", cls=Command)(two_stage)
 app.add_typer(audit_cli.app, name="audit")
 app.add_typer(ledger_cli.app, name="ledger")
 
@@ -61,8 +63,10 @@ def _root(
     """Differentially private causal inference from tabular files, with a privacy ledger."""
 
 
-@app.command("schema")
-def schema(command: Annotated[str, typer.Argument(help="A command name, e.g. owl.")]) -> None:
+@app.command("schema", cls=Command)
+def schema(command: Annotated[str, typer.Argument(
+        metavar="COMMAND",
+        help="A release command: owl, select-policy, synth-control, cate or two-stage.")]) -> None:
     """Print the JSON Schema of a command's spec."""
 
     def body() -> None:

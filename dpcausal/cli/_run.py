@@ -25,9 +25,16 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+LOG_WIDTH = 1_000
+"""Width of the summary when stdout is not a terminal (a file, a pipe, a CI log): wide enough
+that no table cell is cut or wrapped."""
+
+
 def stdout_console() -> Console:
-    """Console for the human summary (stdout)."""
-    return Console(highlight=False, soft_wrap=True)
+    """Console for the human summary (stdout): the terminal's width, or ``LOG_WIDTH`` when stdout
+    is not a terminal, so a CI log shows every stage name in full."""
+    return Console(highlight=False, soft_wrap=True,
+                   width=None if sys.stdout.isatty() else LOG_WIDTH)
 
 
 def stderr_console() -> Console:
@@ -120,7 +127,7 @@ def print_plan(result: RunResult, console: Console) -> None:
     )
     table = Table(show_header=True, header_style="bold")
     for col in ("stage", "mechanism", "ε", "δ", "sensitivity", "noise scale"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # a narrow terminal wraps names, never cuts them
     for ev in plan.events:
         table.add_row(ev.stage, ev.kind, _fmt(ev.epsilon), _fmt(ev.delta),
                       f"{_fmt(ev.sensitivity)} ({ev.norm})", _fmt(ev.noise_scale))

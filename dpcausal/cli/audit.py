@@ -20,20 +20,22 @@ from dpcausal.cli._run import (
     stdout_console,
     write_json,
 )
+from dpcausal.cli.options import Command, Group
 from dpcausal.errors import AuditViolation, LedgerIntegrityError, OutputError, SpecError
 
-app = typer.Typer(no_args_is_help=True,
+app = typer.Typer(no_args_is_help=True, cls=Group,
                   help="Verify receipts and the ledger; audit a command's privacy empirically.")
 
 
-@app.command("verify")
+@app.command("verify", cls=Command)
 def verify_cmd(
-    ledger: Annotated[Path | None, typer.Option("--ledger", help="Ledger JSONL file.")] = None,
+    ledger: Annotated[Path | None, typer.Option("--ledger", metavar="FILE",
+                                                help="Ledger JSONL file.")] = None,
     receipt: Annotated[
-        list[Path] | None, typer.Option("--receipt", help="Receipt file (repeatable).")
+        list[Path] | None, typer.Option("--receipt", metavar="FILE", help="Receipt file (repeatable).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No output but errors.")] = False,
 ) -> None:
     """Check the keyed hash chain and head, recompute totals against caps, check receipts.
 
@@ -75,9 +77,9 @@ def verify_cmd(
     guarded(body, as_json=as_json)
 
 
-@app.command("repair")
+@app.command("repair", cls=Command)
 def repair_cmd(
-    ledger: Annotated[Path, typer.Option("--ledger", help="Ledger JSONL file.")],
+    ledger: Annotated[Path, typer.Option("--ledger", metavar="FILE", help="Ledger JSONL file.")],
 ) -> None:
     """Move aside an incomplete last line that the head record proves was never committed.
 
@@ -106,22 +108,26 @@ def repair_cmd(
     guarded(body)
 
 
-@app.command("privacy")
+@app.command("privacy", cls=Command)
 def privacy_cmd(
-    spec: Annotated[Path, typer.Option("--spec", help="The spec of the command to audit.",
+    spec: Annotated[Path, typer.Option("--spec", metavar="FILE",
+                                       help="The spec of the command to audit.",
                                        dir_okay=False)],
     data: Annotated[Path | None, typer.Option(
-        "--data", help="Audit neighbours of this data file (default: a synthetic data set drawn "
-        "inside the spec's bounds).")] = None,
+        "--data", metavar="FILE", help="Audit neighbours of this data file (default: a synthetic "
+        "data set drawn inside the spec's bounds).")] = None,
     trials: Annotated[int | None, typer.Option(
-        "--trials", min=0, help="Black-box releases per side of the closest pair, per stage "
-        "(default: enough for each stage's claimed ε to be testable, within a cap; 0: gray-box "
-        "only).")] = None,
-    pairs: Annotated[int, typer.Option("--pairs", min=1, help="Neighbouring datasets tried.")] = 50,
-    rows: Annotated[int, typer.Option("--rows", min=2, help="Rows of the synthetic data set.")] = 1000,
-    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the audit's own randomness.")] = 0,
+        "--trials", min=0, metavar="N", help="Black-box releases per side of the closest pair, "
+        "per stage (default: enough for each stage's claimed ε to be testable, within a cap; 0: "
+        "gray-box only).")] = None,
+    pairs: Annotated[int, typer.Option("--pairs", min=1, metavar="N",
+                                       help="Neighbouring datasets tried.")] = 50,
+    rows: Annotated[int, typer.Option("--rows", min=2, metavar="N",
+                                      help="Rows of the synthetic data set.")] = 1000,
+    seed: Annotated[int | None, typer.Option("--seed", metavar="N",
+                                             help="Seed of the audit's own randomness.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the full report as JSON.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No output but errors.")] = False,
 ) -> None:
     """Empirically check that a command is as private as its receipt claims (exit 4 if not).
 

@@ -11,15 +11,20 @@ from typing import Annotated, Any
 import typer
 
 from dpcausal.cli._run import guarded, stdout_console
+from dpcausal.cli.options import Command, Group
 from dpcausal.errors import SpecError
 
-app = typer.Typer(no_args_is_help=True,
+app = typer.Typer(no_args_is_help=True, cls=Group,
                   help="Create a ledger and record datasets' caps (each a visible, keyed line).")
 
-LedgerArg = Annotated[Path, typer.Option("--ledger", help="The ledger file.", dir_okay=False)]
-DatasetOpt = Annotated[str | None, typer.Option("--dataset", help="A dataset label.")]
-EpsOpt = Annotated[float | None, typer.Option("--epsilon", help="The dataset's cap on ε.")]
-NoteOpt = Annotated[str | None, typer.Option("--note", help="Why (recorded in the line).")]
+LedgerArg = Annotated[Path, typer.Option("--ledger", metavar="FILE", help="The ledger file.",
+                                             dir_okay=False)]
+DatasetOpt = Annotated[str | None, typer.Option("--dataset", metavar="NAME",
+                                                       help="A dataset label.")]
+EpsOpt = Annotated[float | None, typer.Option("--epsilon", metavar="EPS",
+                                                     help="The dataset's cap on ε.")]
+NoteOpt = Annotated[str | None, typer.Option("--note", metavar="TEXT",
+                                                    help="Why (recorded in the line).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the appended lines as JSON.")]
 
 
@@ -51,12 +56,13 @@ def _show(records: list[dict[str, Any]], as_json: bool, ledger: Path) -> None:
                           "back it up with the ledger)", markup=False)
 
 
-@app.command("init")
+@app.command("init", cls=Command)
 def init_cmd(
     ledger: LedgerArg,
     dataset: DatasetOpt = None,
     epsilon: EpsOpt = None,
-    delta: Annotated[float, typer.Option("--delta", help="The dataset's cap on δ.")] = 0.0,
+    delta: Annotated[float, typer.Option("--delta", metavar="DELTA",
+                                                  help="The dataset's cap on δ.")] = 0.0,
     adopt: Annotated[bool, typer.Option(
         "--adopt", help="Take over a ledger written by an earlier dpcausal (unkeyed): verify it, "
         "then start its keyed chain with the caps its datasets were first charged under.")] = False,
@@ -84,16 +90,19 @@ def init_cmd(
         ledger.absolute().parent.mkdir(parents=True, exist_ok=True)
         _show(Ledger(ledger).init(dataset=dataset, cap=cap, note=note), as_json, ledger)
 
-    guarded(body)
+    guarded(body, as_json=as_json)
 
 
-@app.command("set-cap")
+@app.command("set-cap", cls=Command)
 def set_cap_cmd(
     ledger: LedgerArg,
-    dataset: Annotated[str, typer.Option("--dataset", help="The dataset label.")],
-    epsilon: Annotated[float, typer.Option("--epsilon", help="The new cap on ε.")],
+    dataset: Annotated[str, typer.Option("--dataset", metavar="NAME",
+                                                 help="The dataset label.")],
+    epsilon: Annotated[float, typer.Option("--epsilon", metavar="EPS",
+                                                   help="The new cap on ε.")],
     delta: Annotated[float | None, typer.Option(
-        "--delta", help="The new cap on δ (default: unchanged, or 0 for a new dataset).")] = None,
+        "--delta", metavar="DELTA",
+        help="The new cap on δ (default: unchanged, or 0 for a new dataset).")] = None,
     allow_raise: Annotated[bool, typer.Option(
         "--raise", help="Allow a cap above the current one (a policy decision, recorded).")] = False,
     note: NoteOpt = None,
@@ -108,4 +117,4 @@ def set_cap_cmd(
         rec = Ledger(ledger).set_cap(dataset, epsilon, delta, allow_raise=allow_raise, note=note)
         _show([rec], as_json, ledger)
 
-    guarded(body)
+    guarded(body, as_json=as_json)

@@ -1,27 +1,59 @@
-"""Options shared by every release command (DESIGN §3)."""
+"""Options shared by every release command (DESIGN §3), and the command classes every command
+uses so that ``--help`` shows a plain metavar (FILE, DIR, N) or none (a flag), never a type
+placeholder such as ``<bool>`` or ``<list[Path]>`` (what recent typer prints without one)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
+
+
+def _no_flag_metavar(params: Any) -> Any:
+    """Give every flag (``--json``, ``--help``...) an empty metavar: a flag takes no value."""
+    for param in params:
+        if getattr(param, "is_flag", False) and getattr(param, "metavar", None) is None:
+            param.metavar = ""
+    return params
+
+
+class Command(TyperCommand):
+    """A command whose ``--help`` shows no type placeholder for its flags."""
+
+    def get_params(self, ctx: Any) -> Any:
+        """The parameters, flags with an empty metavar."""
+        return _no_flag_metavar(super().get_params(ctx))
+
+
+class Group(TyperGroup):
+    """A command group whose ``--help`` shows no type placeholder for its flags."""
+
+    def get_params(self, ctx: Any) -> Any:
+        """The parameters, flags with an empty metavar."""
+        return _no_flag_metavar(super().get_params(ctx))
+
 
 SpecOpt = Annotated[
-    Path, typer.Option("--spec", help="The YAML spec of the run.", dir_okay=False)
+    Path, typer.Option("--spec", help="The YAML spec of the run.", dir_okay=False,
+                       metavar="FILE")
 ]
 DataOpt = Annotated[
-    Path | None, typer.Option("--data", help="Data file (CSV/Parquet); overrides data.path.")
+    Path | None, typer.Option("--data", metavar="FILE",
+                              help="Data file (CSV, CSV.GZ or Parquet, or a directory of Parquet "
+                              "files); overrides data.path.")
 ]
 OutOpt = Annotated[
-    Path | None, typer.Option("--out", help="Output directory; overrides output.dir.")
+    Path | None, typer.Option("--out", metavar="DIR", help="Output directory; overrides output.dir.")
 ]
 LedgerOpt = Annotated[
-    Path | None, typer.Option("--ledger", help="Ledger file; overrides ledger.path.")
+    Path | None, typer.Option("--ledger", metavar="FILE", help="Ledger file; overrides ledger.path.")
 ]
 SeedOpt = Annotated[
     int | None,
-    typer.Option("--seed", help="Seed for public randomness only (splits, features); never noise."),
+    typer.Option("--seed", metavar="N",
+                 help="Seed for public randomness only (splits, features); never noise."),
 ]
 DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Print the privacy plan and exit; reads no data row.")
@@ -33,17 +65,19 @@ TestNoiseSeedOpt = Annotated[
     typer.Option(
         "--test-noise-seed",
         hidden=True,
+        metavar="N",
         help="TESTS ONLY: reproducible noise; the receipt then says dp_guarantee: false.",
     ),
 ]
 EngineOpt = Annotated[
     str | None,
-    typer.Option("--engine", help="Run the data passes on 'local' (streamed batches) or 'dask'; "
+    typer.Option("--engine", metavar="local|dask",
+                 help="Run the data passes on 'local' (streamed batches) or 'dask'; "
                  "overrides engine.kind. Without it (and without an engine section) the table is "
                  "read into memory."),
 ]
 EngineAddressOpt = Annotated[
     str | None,
-    typer.Option("--engine-address",
+    typer.Option("--engine-address", metavar="ADDRESS",
                  help="Dask scheduler address (tcp://host:8786); implies --engine dask."),
 ]

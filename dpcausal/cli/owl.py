@@ -15,13 +15,13 @@ from dpcausal.errors import SpecError
 ApplyOpt = Annotated[
     Path | None,
     typer.Option("--apply", help="Apply a saved rule.json to --data (no privacy cost, no ledger).",
-                 dir_okay=False),
+                 dir_okay=False, metavar="RULE"),
 ]
 
 
 def owl(
     spec: Annotated[Path | None, typer.Option("--spec", help="The YAML spec of the run.",
-                                              dir_okay=False)] = None,
+                                              dir_okay=False, metavar="FILE")] = None,
     data: o.DataOpt = None,
     out: o.OutOpt = None,
     ledger: o.LedgerOpt = None,

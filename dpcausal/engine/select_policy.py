@@ -169,7 +169,8 @@ def run(spec: SelectPolicySpec, engine: Engine, plan: PrivacyPlan, side: dict[st
     doc, value_doc = release_selection(spec, setup, utilities, plan, noise=noise)
     del utilities
     summary: dict[str, Any] = {"selected_policy": doc["selected"]["name"],
-                               "library_size": setup.library.size, "delta": setup.delta,
+                               "library_size": setup.library.size,
+                               "utility_sensitivity": setup.delta,
                                "engine": engine.description}
     if value_doc is not None:
         summary["released_value"] = value_doc["value"]

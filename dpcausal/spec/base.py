@@ -11,10 +11,23 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from dpcausal.errors import SpecError
 
 
-class StrictModel(BaseModel):
-    """A frozen model that rejects unknown keys."""
+def _one_line_descriptions(schema: dict[str, Any]) -> None:
+    """JSON Schema hook: a description is one line of prose (docstrings wrap at 100 columns)."""
+    for node in (schema, *schema.get("properties", {}).values()):
+        if isinstance(node.get("description"), str):
+            node["description"] = " ".join(node["description"].split())
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+
+class StrictModel(BaseModel):
+    """A frozen model that rejects unknown keys.
+
+    The docstring under each field is its ``description`` (``use_attribute_docstrings``): what
+    ``dpcausal schema``, the docs and error messages show. Every field must have one (a test
+    checks): its unit, its default and what it does to privacy and utility.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
+                              json_schema_extra=_one_line_descriptions)
 
 
 def _check_interval(v: tuple[float, float]) -> tuple[float, float]:
@@ -38,11 +51,23 @@ class ColumnsSpec(StrictModel):
     """Column roles in the data file (each command says which it needs)."""
 
     outcome: ColumnName | None = None
+    """Column of the outcome Y (numeric). It is clipped to bounds.outcome before anything is
+    computed, so a value outside the bounds is released as if it were at the bound."""
     treatment: ColumnName | None = None
+    """Column of the treatment arm (a number, a boolean or a text label); the command's section
+    says which value means treated. Rows with any other value are refused, never dropped."""
     covariates: list[ColumnName] = Field(default_factory=list)
+    """Columns of the covariates, in order. The list is public: choose it without looking at the
+    sensitive data (selecting covariates on it is itself a privacy leak). Each is clipped to its
+    bound in bounds.covariates."""
     propensity: ColumnName | None = None
+    """Not read by any command: owl names its design-probability column in
+    owl.propensity.column. Setting it only reserves the name (it may not repeat another role)."""
     unit: ColumnName | None = None
+    """synth-control, long layout: the column naming each row's unit (the target or a donor)."""
     time: ColumnName | None = None
+    """synth-control: the column of periods (numbers, ISO dates, or text that sorts in time
+    order); periods before synth_control.treatment_time form the pre-period."""
 
     @model_validator(mode="after")
     def _distinct(self) -> ColumnsSpec:
@@ -58,14 +83,25 @@ class DataSpec(StrictModel):
     """Where the sensitive data is and what its columns mean."""
 
     path: Path | None = None
+    """The sensitive data file: .csv, .csv.gz (decompressed as it is read), .parquet, or a
+    directory of .parquet files. Relative paths are resolved from the current directory;
+    --data overrides it. A dry run reads only its header and row count."""
     columns: ColumnsSpec = Field(default_factory=ColumnsSpec)
+    """Which column plays which role; each name may have only one role, and must be a name the
+    file has exactly once."""
 
 
 class BoundsSpec(StrictModel):
     """Public bounds. Never derived from data; a method refuses to run without the ones it needs."""
 
     outcome: Interval | None = None
+    """[lo, hi], in the outcome's units: the public range every outcome is clipped to. Every
+    sensitivity that involves Y scales with hi − lo, so a wider range means proportionally more
+    noise; a narrower one clips real values (bias). Never derive it from the data."""
     covariates: Interval | dict[str, Interval] | None = None
+    """One [lo, hi] for every covariate, or {name: [lo, hi]} per covariate, in each covariate's
+    units: values are clipped to it, then scaled by it (how, the command's ``scaling`` says).
+    Required by every command that reads covariates; never derive it from the data."""
 
     def covariate(self, name: str) -> tuple[float, float] | None:
         """The bound of covariate ``name``, or None if the spec has none."""
@@ -88,9 +124,11 @@ class BinaryArms(StrictModel):
 
     section: ClassVar[str] = "section"
     treated: ArmLabel
-    """The treatment column's value that means 'treated' (arm +1)."""
+    """The treatment column's value that means 'treated' (arm +1), written as it appears in the
+    data (a number, true/false or a text label); public."""
     control: ArmLabel | None = None
-    """The other arm's value; defaults to 0 when ``treated`` is 1 (or false when it is true)."""
+    """The other arm's value; defaults to 0 when treated is 1 (false when treated is true), and
+    is required otherwise. A row whose treatment is neither label is refused, never dropped."""
 
     @model_validator(mode="after")
     def _arms(self) -> BinaryArms:
@@ -123,28 +161,48 @@ class PrivacySpec(StrictModel):
     """The privacy parameters of this run."""
 
     epsilon: PositiveFinite
+    """ε of this run, in total over all of its mechanisms (> 0). Smaller ε is more private and
+    noisier: the noise scales grow like 1/ε. It is charged to the ledger in full. An ε too small
+    for float64 arithmetic (a noise scale beyond 1e50) is refused."""
     delta: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    """δ of this run, in [0, 1); default 0 (pure ε-DP). Only commands with Gaussian noise use
+    δ > 0 (cate requires it; two-stage with noise: gaussian); the others refuse it. Keep it well
+    below 1/(number of rows): δ is the probability that the ε guarantee fails."""
 
 
 class BudgetSpec(StrictModel):
     """A dataset's lifetime cap."""
 
     epsilon: PositiveFinite
+    """The most ε the dataset may spend over every release recorded in the ledger (ε adds up
+    across releases: basic composition). A run that would pass it is refused (exit 3) before
+    any row is read."""
     delta: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+    """The most δ the dataset may spend over every release in the ledger; default 0, which
+    refuses every run with δ > 0."""
 
 
 class LedgerSpec(StrictModel):
     """The persistent ledger that caps a dataset's total spend."""
 
     path: Path
+    """The ledger: an append-only JSONL file, one hash-chained line per release, locked while a
+    run checks and charges it (<path>.lock); created on the first release. --ledger overrides
+    it. Every run on one dataset must use the same file, or its cap is not enforced."""
     dataset: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/@+-]+$")]
+    """The budget label that releases are charged to: a name you choose for the protected rows
+    (letters, digits and ._:/@+-), never a hash of the data. Runs on the same rows must use the
+    same label, or their spending is counted apart."""
     budget: BudgetSpec
+    """The dataset's lifetime cap {epsilon, delta}."""
 
 
 class OutputSpec(StrictModel):
     """Where released files go."""
 
     dir: Path = Path("dpcausal-out")
+    """Directory of the released files and receipt.json; default ./dpcausal-out, created if
+    missing; --out overrides it. A release replaces the previous release's files there."""
 
 
 class EngineSpec(StrictModel):
@@ -153,13 +211,17 @@ class EngineSpec(StrictModel):
     on a Dask cluster. The noise is drawn once, on the client, in every case."""
 
     kind: Literal["local", "dask"] = "local"
+    """local: stream the file in batches on this machine (bounded memory); dask: run each data
+    pass on a Dask cluster (Parquet only). Either way the result and the privacy guarantee are
+    those of the in-memory run; only memory use and speed change."""
     address: str | None = Field(default=None, min_length=1)
     """Dask scheduler address (``tcp://host:8786``); none starts an in-process LocalCluster."""
     batch_rows: Annotated[int, Field(ge=1_000)] = 262_144
-    """Rows per streamed batch (local) or per partition (dask)."""
+    """Rows per streamed batch (local) or per partition (dask), at least 1,000; default 262,144.
+    Changes memory use and speed only, never the result."""
     cache_mb: Annotated[int, Field(ge=0)] = 2_048
-    """Local engine: keep mapped batches in memory up to this many MB; the rest is re-read on
-    every pass (0: pure streaming)."""
+    """Local engine: keep mapped batches in memory up to this many MB (default 2,048); the rest
+    is re-read from the file on every pass (0: pure streaming). Changes speed only."""
 
     @model_validator(mode="after")
     def _address_needs_dask(self) -> EngineSpec:
@@ -172,11 +234,22 @@ class CommonSpec(StrictModel):
     """Fields every command's spec has; a command adds a section named after itself."""
 
     data: DataSpec = Field(default_factory=DataSpec)
+    """The sensitive file and the role of its columns."""
     bounds: BoundsSpec = Field(default_factory=BoundsSpec)
+    """Public bounds of the outcome and the covariates; a command refuses to run (exit 3) without
+    the ones its sensitivity needs."""
     privacy: PrivacySpec
+    """The (ε, δ) this run spends in total over its mechanisms, all of it charged to the
+    ledger."""
     ledger: LedgerSpec | None = None
+    """The persistent ledger that caps the dataset's total spend. Without it a run is still
+    receipted, but nothing stops repeated runs from adding up."""
     output: OutputSpec = Field(default_factory=OutputSpec)
+    """The directory the released tables, figures and receipt.json are written to (atomically,
+    after the ledger is charged)."""
     engine: EngineSpec | None = None
+    """Where the data passes run; without it (and without --engine) the columns are read into
+    memory."""
 
     def with_overrides(
         self, *, data: Path | None = None, out: Path | None = None, ledger: Path | None = None,

@@ -22,22 +22,29 @@ class NuisanceSpec(StrictModel):
     """
 
     propensity_l2: PositiveFinite = 0.05
-    """λ of (1/m)Σ logistic loss + (λ/2)‖θ‖²; sensitivity 2/(mλ)."""
+    """λ > 0 of the DP propensity model, (1/m)Σ logistic loss + (λ/2)‖θ‖² (default 0.05); its
+    sensitivity is 2/(mλ), so a larger λ means less noise and a flatter propensity."""
     outcome_l2: PositiveFinite = 0.05
-    """λ of each arm's (1/m)Σ ½(θᵀx̃ − r)² + (λ/2)‖θ‖²."""
+    """λ > 0 of each arm's DP outcome ridge, (1/m)Σ ½(θᵀx̃ − r)² + (λ/2)‖θ‖² (default 0.05):
+    larger λ, less noise, more shrinkage."""
     propensity_share: Share = 0.5
-    """Fraction of the stage-1 (ε, δ) spent on the propensity model."""
+    """Fraction in (0, 1) of the stage-1 (ε, δ) spent on the propensity model (default 0.5); the
+    rest goes to the two outcome models, noised jointly."""
 
 
 class GridSpec(StrictModel):
     """A grid over the public covariate box (instead of a query file)."""
 
     points: Annotated[int, Field(ge=2, le=10_000)] | None = None
-    """Points per varied axis; default 101 (1-D) or 41 (2-D). At most 10,000 queries in all."""
+    """Points per varied axis, evenly spaced over its public bound; default 101 (1-D) or 41
+    (2-D); at most 10,000 queries in all. In queries mode more points mean more noise per
+    point; in function mode they only sample the one released path more finely."""
     vary: list[Annotated[str, Field(min_length=1)]] | None = None
-    """The 1 or 2 covariates the grid varies (default: all, when there are at most 2)."""
+    """The 1 or 2 covariates the grid varies (default: all of them, when there are at most
+    2); cate.png plots τ along them."""
     fixed: dict[str, float] = Field(default_factory=dict)
-    """Values of the other covariates (default: the middle of their public bound)."""
+    """Values, in raw units, of the covariates the grid does not vary (default: the middle of
+    each one's public bound)."""
 
     @model_validator(mode="after")
     def _sizes(self) -> GridSpec:
@@ -52,23 +59,38 @@ class CateSection(StrictModel):
     """The ``cate`` section. Every value here is public: never tuned on the sensitive data."""
 
     mode: Literal["function", "queries"] = "function"
-    """function: Thm 3 GP release (exact given the Lipschitz bound); queries: Thm 1 (asymptotic)."""
+    """function (default): one Gaussian-process path released over the whole box (Thm 3; exact
+    (ε, δ)-DP given the Lipschitz bound); queries: Gaussian noise at the finite query points
+    (Thm 1; receipted guarantee: asymptotic, i.e. valid only as n grows)."""
     learner: Literal["r", "dr"] = "r"
+    """r (default, recommended): the R-learner, weights (A − π̂)² and pseudo-outcomes
+    (Y − μ̂)/(A − π̂); dr: the DR-learner, whose pseudo-outcomes scale like 1/κ (κ =
+    propensity_clip), so expect much more noise."""
     queries: Path | None = None
-    """Public file of query points (the covariate columns); fixed before the run."""
+    """Public file of query points (CSV/Parquet with the covariate columns), fixed before the
+    run; τ is released at each row. Give exactly one of queries and grid."""
     grid: GridSpec | None = None
+    """A grid over the public covariate box instead of a query file. Give exactly one of
+    queries and grid."""
     bandwidth: PositiveFinite | None = None
-    """Gaussian kernel bandwidth h on box-scaled covariates in [0, 1]^q; default √(q/2)."""
+    """Gaussian kernel bandwidth h > 0 on covariates scaled to [0, 1]^q by their bounds; default
+    √(q/2). Smaller h fits finer structure; the function-mode sensitivity grows as h shrinks
+    (the paper formula is refused when (√(2π)h)^q > 16)."""
     ridge: PositiveFinite | None = None
-    """λ0 of (1/n)Σ ρ ℓ(g(X) − φ) + λ0‖g‖² in the unit-diagonal kernel k0; default 1/√n."""
+    """λ0 > 0 of (1/n)Σ ρ ℓ(g(X) − φ) + λ0‖g‖² in the unit-diagonal kernel k0; default 1/√n
+    (n = second-half rows). The noise sd scales like 1/(λ0·n·ε); the bias grows with λ0."""
     loss: Literal["huber", "squared"] | None = None
     """Second-stage loss; default huber (function mode), squared (queries mode, the only one there)."""
     huber_c: PositiveFinite | None = None
     """Huber threshold c of ℓ(r) = r² (|r| ≤ c), 2c|r| − c² beyond; default (y_hi − y_lo)/2."""
     propensity_clip: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.05
-    """κ: π̂ is clipped to [κ, 1 − κ] (post-processing); the DR-learner needs κ ≥ 0.05."""
+    """κ in (0, 0.5) (default 0.05): π̂ is clipped to [κ, 1 − κ] (post-processing of the DP
+    propensity). The Lipschitz bound, hence the noise, grows as κ shrinks; the DR-learner needs
+    κ ≥ 0.05."""
     first_half_fraction: Annotated[float, Field(ge=0.1, le=0.9)] = 0.5
-    """Share of rows in D̃, the nuisance half (⌊fraction·n⌋ rows)."""
+    """Share of rows in D̃, the nuisance half (⌊fraction·n⌋ rows; 0.1 to 0.9, default 0.5); the
+    rest fit the second stage. The halves are disjoint, so their ε compose in parallel (max, not
+    sum)."""
     split: RowSplit = Field(default_factory=RowSplit)
     """Which rows form D̃: a secret random permutation per run (default; the guarantee holds
     whatever the row order), or {kind: seeded, seed: N} (reproducible; assumes the row order is
@@ -92,8 +114,10 @@ class CateSection(StrictModel):
     rff_seed: int = 0
     """Public seed of the random Fourier frequencies (recorded in the receipt and the output)."""
     nuisance: NuisanceSpec = Field(default_factory=NuisanceSpec)
+    """The stage-1 DP nuisance models (propensity and outcome per arm), fit on the first half."""
     plot: bool = True
-    """Write cate.png for a grid varying 1 or 2 covariates (drawn from released values only)."""
+    """Write cate.png for a grid varying 1 or 2 covariates (default true); drawn from the
+    released values and their public noise band only, so it costs no ε."""
 
     @model_validator(mode="before")
     @classmethod
@@ -131,3 +155,5 @@ class CateSpec(CommonSpec):
     """Full spec of ``dpcausal cate``."""
 
     cate: CateSection
+    """The cate method's own settings: the mode, the learner, the query points or grid, the
+    kernel and the nuisances."""

@@ -42,6 +42,8 @@ class SynthControlSection(StrictModel):
     """out: DPSC_out (output perturbation, certified ε-DP). obj: DPSC_obj (objective perturbation,
     NOT ε-DP as published, spec §4.6): only with allow_uncertified: true, receipt dp_guarantee false."""
     allow_uncertified: bool = False
+    """Allow method: obj (DPSC_obj), which is not ε-DP as published (default false: refused
+    with exit 3). Its receipt says dp_guarantee: false and it is still charged to the ledger."""
     ridge_lambda: Annotated[PositiveFinite | Literal["T0"], Field(alias="lambda")] = "T0"
     """Ridge penalty λ of (1/T0)‖y − Xᵀf‖² + (λ/(2T0))‖f‖²; the default is the public rule λ = T0."""
     sensitivity: Literal["tight", "paper"] = "tight"
@@ -51,12 +53,15 @@ class SynthControlSection(StrictModel):
     """How the post-period donor values are privatized: per-entry Laplace (scale 2h/ε2), the paper's
     joint ℓ2-Laplace draw (scale 2√h/ε2, dimension n·h), or auto = the lower-variance one."""
     epsilon_split: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.5
-    """ε1 = epsilon_split·ε for the coefficients (step 1), ε2 = the rest for the post donors (step 2)."""
+    """Share in (0, 1) (default 0.5): ε1 = epsilon_split·ε for the donor coefficients (step 1),
+    ε2 = the rest for the post-period donor values (step 2); each step's noise scales like
+    1/its ε."""
     scaling: Literal["scale", "affine"] = "scale"
     """How bounds.outcome [lo, hi] maps values to [−1, 1]: scale = x / max(|lo|, |hi|) (keeps the
     no-intercept model), affine = [lo, hi] → [−1, 1] (valid only if the true weights sum to 1)."""
     release_weights: bool = False
-    """Also write the private donor weights f_out (weights.csv; post-processing, no extra cost)."""
+    """Also write the private donor weights f_out to weights.csv (default false);
+    post-processing of the release, no extra ε."""
     c: PositiveFinite | None = None
     """DPSC_obj only: the Hessian-change bound; default T0(1 + √(16n − 15)) (spec §4.3)."""
 
@@ -81,3 +86,5 @@ class SynthControlSpec(CommonSpec):
     """Full spec of ``dpcausal synth-control``."""
 
     synth_control: SynthControlSection
+    """The synth-control method's own settings: the target, the treatment time, the donors and
+    the DPSC calibration."""

@@ -25,6 +25,9 @@ class IpwRctSection(StrictModel):
     """Inverse propensity weights of a randomised trial: P(treated) is a public design constant."""
 
     p_treated: Fraction
+    """P(treated) in (0, 1) fixed by the trial's design (never estimated on the data): treated
+    rows get weight ∝ 1/p, control rows ∝ 1/(1 − p). A p near 0 or 1 makes one arm's weights
+    large and the stability bound (the noise) larger."""
 
 
 class IpwKnownSection(StrictModel):
@@ -35,7 +38,11 @@ class IpwKnownSection(StrictModel):
     """
 
     intercept: float = 0.0
+    """c₀ of the public logistic model logit P(treated | x) = c₀ + Σ c_j x_j (default 0)."""
     coefficients: dict[str, float]
+    """{covariate: c_j} on the raw covariate scale (covariates clipped to their bounds first);
+    unlisted covariates have 0. From the design or a prior study, never fitted on this file.
+    Larger coefficients allow more extreme propensities, hence larger weights and more noise."""
 
 
 class IpwLogitSection(StrictModel):
@@ -44,9 +51,12 @@ class IpwLogitSection(StrictModel):
     ``sensitivity: method`` uses our proven ratio bound (the paper's (4.12′) is false)."""
 
     radius: PositiveFinite = 1.0
-    """R: the coefficient vector is kept in the ℓ₂ ball of radius R."""
+    """R > 0 (default 1): the logistic coefficient vector is kept in the ℓ₂ ball of radius R,
+    which bounds the propensities away from 0 and 1; a smaller R means smaller weights and
+    less noise (e.g. 0.3), and a cruder propensity model."""
     ridge: PositiveFinite = 1.0
-    """λ_IPW > 0."""
+    """λ_IPW > 0 (default 1) of the ridge logistic fit (Eq. 4.10): a larger λ makes the fit, so
+    the weights, more stable under one replaced row (less noise) and the propensity flatter."""
 
 
 class EbwSection(StrictModel):
@@ -74,11 +84,17 @@ class MmdSection(StrictModel):
     bandwidth: PositiveFinite
     """h of k(x, x′) = exp(−‖s − s′‖²/(2h²)) on the scaled covariates; public (no median heuristic)."""
     alpha: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+    """α in [0, 1] (default 0.5) of the three-way objective α·MMD²(P_w0, P) + α·MMD²(P_w1, P) +
+    (1 − α)·MMD²(P_w0, P_w1): α weighs each arm's match to the whole sample against the arms'
+    match to each other. Changes the weights, not the (universal) sensitivity."""
     ridge: PositiveFinite = 1.0
     """λ_MMD in the (4.15) scaling (the strong-convexity constant of the weight problem)."""
     box: PositiveFinite | None = None
     """R_MMD; default max(5, ⌈1/min_arm_fraction⌉ + 1)."""
     min_arm_fraction: Annotated[float, Field(gt=0.0, le=0.5)] = 0.1
+    """Public guess κ in (0, 0.5] (default 0.1) of the smaller arm's share of rows; used only for
+    the default box R_MMD. If an arm is smaller than n/R_MMD the weight program is infeasible
+    and the run is refused."""
 
 
 class TwoStageSection(BinaryArms):
@@ -86,6 +102,10 @@ class TwoStageSection(BinaryArms):
 
     section: ClassVar[str] = "two_stage"
     weights: WeightMethod
+    """Stage-1 balancing weights (computed without noise, never released): uniform, ipw-rct,
+    ipw-known (exact stability sups), ipw-logit, ebw (proven ratio bounds) or mmd (only with
+    sensitivity: universal). The stage-2 noise is calibrated to how far all n weights can move
+    when one row is replaced."""
     sensitivity: Literal["method", "universal"] = "method"
     """``method``: the exact stability sups of a certified weight method; ``universal``: the caps
     W₁ˢ ≤ 2n, W₂ ≤ √2·n·√(n+1), valid for any weights in nΔⁿ."""
@@ -93,22 +113,38 @@ class TwoStageSection(BinaryArms):
     """``safe`` (corrected W₁ˢ, augmented W₂, corrected Gaussian σ); ``paper`` reproduces the
     paper's (3.8)/(3.9), which leak (privacy loss up to ≈1.13ε): needs ``allow_uncertified``."""
     allow_uncertified: bool = False
+    """Allow calibration: paper, which has no valid guarantee (default false: refused with exit
+    3). Its receipt says dp_guarantee: false and it is still charged to the ledger."""
     noise: Literal["gamma", "gaussian"] = "gamma"
     """``gamma``: ε-DP (δ = 0); ``gaussian``: (ε, δ)-DP (privacy.delta > 0)."""
     eps_split: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.5
-    """Share of ε spent on the noise term; the rest covers the Jacobian (γ) term."""
+    """Share in (0, 1) of ε spent on the noise term (default 0.5); the rest covers the Jacobian
+    term, which sets γ_required: a larger share means less noise but a larger γ (more
+    shrinkage)."""
     l1_radius: PositiveFinite | None = None
-    """λ₁: θ is constrained to ‖θ‖₁ ≤ λ₁ (required: ζ = 2M_x²λ₁ + 4M_xM_y)."""
+    """λ₁ > 0: θ is constrained to ‖θ‖₁ ≤ λ₁ (required). The sensitivity grows with
+    ζ = 2M_x²λ₁ + 4M_xM_y, so a larger λ₁ allows a larger rule but adds noise."""
     gamma: PositiveFinite | None = None
-    """Ridge γ of stage 2; default γ_required; an error if smaller than γ_required."""
+    """Ridge γ > 0 of stage 2; default γ_required (the smallest the calibration allows); a
+    smaller value is refused. A larger γ shrinks the rule more without reducing the noise."""
     intercept: bool = True
+    """Append a constant feature (default true); it adds one dimension to θ and to the noise."""
     scaling: Literal["maxabs", "minmax"] = "maxabs"
+    """How clipped covariates are scaled: maxabs (default) divides by max(|lo|, |hi|), minmax
+    maps [lo, hi] to [0, 1]; either way each mapped row has norm ≤ 1 (M_x = 1)."""
     outcome_direction: Literal["higher", "lower"] = "higher"
+    """higher (default): larger outcomes are better; lower: smaller are better (the outcome and
+    its bounds are negated before fitting)."""
     ipw_rct: IpwRctSection | None = None
+    """Settings of weights: ipw-rct (required with it, only used with it)."""
     ipw_known: IpwKnownSection | None = None
+    """Settings of weights: ipw-known (required with it, only used with it)."""
     ipw_logit: IpwLogitSection | None = None
+    """Settings of weights: ipw-logit (default {radius: 1, ridge: 1}; only used with it)."""
     ebw: EbwSection | None = None
+    """Settings of weights: ebw (default {radius: 1, ridge: 1, ...}; only used with it)."""
     mmd: MmdSection | None = None
+    """Settings of weights: mmd (required with it, for its public bandwidth)."""
     apply_to: Path | None = None
     """A file of new covariate rows (not the training data) to write recommendations for."""
 
@@ -129,3 +165,5 @@ class TwoStageSpec(CommonSpec):
     """Full spec of ``dpcausal two-stage``."""
 
     two_stage: TwoStageSection
+    """The two-stage method's own settings: the arms, the stage-1 weights, the stage-2
+    calibration and noise."""
