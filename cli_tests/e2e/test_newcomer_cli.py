@@ -66,6 +66,19 @@ def test_json_failure_of_a_missing_file_and_of_usage(in_repo: Path, tmp_path: Pa
     assert res.exit_code == 2 and _one_json_object(res.stdout)["exit_code"] == 2
 
 
+@pytest.mark.parametrize(("args", "field"), [
+    (["owl", "--spec", "configs/owl.yaml", "--seed", "abc"], "--seed"),
+    (["audit", "privacy", "--spec", "configs/owl.yaml", "--trials", "-3"], "--trials"),
+    (["cate", "--spec", "configs/cate.yaml", "--no-such-option"], None),
+])
+def test_json_failure_of_a_usage_error(in_repo: Path, args: list[str], field: str | None) -> None:
+    res = invoke([*args, "--json"])
+    assert res.exit_code == 2
+    obj = _one_json_object(res.stdout)
+    assert obj["exit_code"] == 2 and obj["error"] and obj.get("field") == field
+    assert "Usage:" in res.stderr  # the usual message stays on stderr
+
+
 def test_json_failure_of_a_budget_refusal(in_repo: Path, tmp_path: Path) -> None:
     spec = _owl_spec(in_repo, tmp_path, privacy__epsilon=30.0)  # cap 20
     res = invoke(["owl", "--spec", spec, "--json", "--ledger", tmp_path / "l.jsonl",

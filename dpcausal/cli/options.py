@@ -4,6 +4,8 @@ placeholder such as ``<bool>`` or ``<list[Path]>`` (what recent typer prints wit
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,11 +22,27 @@ def _no_flag_metavar(params: Any) -> Any:
 
 
 class Command(TyperCommand):
-    """A command whose ``--help`` shows no type placeholder for its flags."""
+    """A command whose ``--help`` shows no type placeholder for its flags, and whose usage errors
+    (a bad option value, a missing or unknown option) also print the ``--json`` error object."""
 
     def get_params(self, ctx: Any) -> Any:
         """The parameters, flags with an empty metavar."""
         return _no_flag_metavar(super().get_params(ctx))
+
+    def parse_args(self, ctx: Any, args: list[str]) -> Any:
+        """Parse ``args``; on a usage error with ``--json`` among them, print
+        ``{"error", "exit_code", "field"}`` on stdout before the usual message (exit 2)."""
+        wants_json = "--json" in args
+        try:
+            return super().parse_args(ctx, args)
+        except Exception as exc:
+            if wants_json and hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+                obj: dict[str, Any] = {"error": exc.format_message(), "exit_code": exc.exit_code}
+                opts = getattr(getattr(exc, "param", None), "opts", None)
+                if opts:
+                    obj["field"] = opts[0]
+                sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+            raise
 
 
 class Group(TyperGroup):
