@@ -175,7 +175,7 @@ def execute(
     side = load_side_inputs(method, spec)
     rng = make_rng(seed)
     plan = method.plan(spec, info.n_rows, side, rng=rng)
-    ledger = Ledger(spec.ledger.path) if spec.ledger else None
+    ledger = Ledger(spec.ledger.location) if spec.ledger else None
     state = None
     cap = None
     if ledger is not None and spec.ledger is not None:

@@ -3,8 +3,9 @@
 Every ledger line (a *record*) carries ``seq`` (its 1-based position), ``prev_hash`` (the previous
 record's ``hash``), ``hash`` (SHA-256 of the canonical JSON of every other field except ``mac``) and
 ``mac`` = HMAC-SHA256(key, hash). The key is a secret of the ledger's owner, kept beside the ledger
-(file) or wherever the store keeps it (database). The head record ``{ledger_id, count, last_hash,
-mac, ...}`` names the last committed record and is replaced atomically after each append.
+(file) or given to every job from outside (database: never stored in it). The head record
+``{ledger_id, count, last_hash, mac, ...}`` names the last committed record; it is replaced
+atomically after each append (file) or appended in the same transaction (database).
 
 What this detects (without the key an attacker cannot recompute a ``mac``):
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -63,6 +65,22 @@ def seal(body: Mapping[str, Any], *, seq: int, prev_hash: str, key: bytes) -> di
     out["hash"] = receipt_hash(out)
     out["mac"] = mac_of(key, out["hash"])
     return out
+
+
+def seal_all(bodies: Sequence[Mapping[str, Any]], *, after: Sequence[Mapping[str, Any]],
+             key: bytes) -> list[dict[str, Any]]:
+    """Seal ``bodies`` in order as the records following ``after`` (a ledger's records)."""
+    prev = str(after[-1]["hash"]) if after else GENESIS_HASH
+    sealed: list[dict[str, Any]] = []
+    for seq, body in enumerate(bodies, start=len(after) + 1):
+        sealed.append(seal(body, seq=seq, prev_hash=prev, key=key))
+        prev = sealed[-1]["hash"]
+    return sealed
+
+
+def record_json(rec: Mapping[str, Any]) -> str:
+    """A record as stored: one JSON line of the file, one row of a database (same text)."""
+    return json.dumps(rec, sort_keys=True, allow_nan=False)
 
 
 def record_problem(rec: Mapping[str, Any], *, pos: int, prev: str, key: bytes | None) -> str | None:

@@ -144,7 +144,8 @@ class LedgerState:
     """What a dataset has spent, its cap, and what a planned run would bring it to.
 
     ``cap`` is the cap the run is checked against: the ledger's, or the spec's when lower; on a
-    dataset's first charge (``ledger_cap`` None) the spec's, which the charge records.
+    dataset's first charge (``ledger_cap`` None) the spec's, which the charge records. ``store``
+    says where the ledger is kept (its kind; a database's URL without credentials).
     """
 
     dataset: str
@@ -153,6 +154,7 @@ class LedgerState:
     cap: Budget
     ledger_cap: Budget | None = None
     ledger_id: str | None = None
+    store: dict[str, str] | None = None
 
     @property
     def after(self) -> Budget:
@@ -168,9 +170,13 @@ class LedgerState:
 
     def to_dict(self) -> dict[str, Any]:
         """The receipt's ``ledger`` field."""
-        return {"dataset": self.dataset, "ledger_id": self.ledger_id,
-                "spent_before": self.spent.to_dict(), "spent_after": self.after.to_dict(),
-                "cap": self.cap.to_dict(), "cap_source": self.cap_source}
+        out: dict[str, Any] = {"dataset": self.dataset, "ledger_id": self.ledger_id,
+                               "spent_before": self.spent.to_dict(),
+                               "spent_after": self.after.to_dict(), "cap": self.cap.to_dict(),
+                               "cap_source": self.cap_source}
+        if self.store is not None:
+            out["store"] = self.store
+        return out
 
 
 def _record_base(kind: str, created_at: str | None) -> dict[str, Any]:
@@ -184,7 +190,8 @@ class Ledger:
     Parameters
     ----------
     location
-        The ledger file (or, once a database store exists, its URL).
+        The ledger file, or a ``postgresql://`` URL (no password: libpq's environment, password
+        file or service file supply credentials).
     lock_timeout
         Seconds to wait for the lock before failing with exit code 5 (default 60 s).
     """
@@ -215,14 +222,13 @@ class Ledger:
         """The store's verified snapshot (problems listed, not raised)."""
         return self.store.snapshot()
 
-    @staticmethod
-    def _state(snap: Snapshot, policy: Replay, dataset: str, requested: Budget,
+    def _state(self, snap: Snapshot, policy: Replay, dataset: str, requested: Budget,
                spec_cap: Budget, ledger_id: str | None) -> LedgerState:
         check_label(dataset, policy.labels)
         ledger_cap = policy.caps.get(dataset)
         cap = spec_cap if ledger_cap is None else _cap_min(ledger_cap, spec_cap)
         return LedgerState(dataset, policy.spent.get(dataset, Budget(0.0, 0.0)), requested, cap,
-                           ledger_cap, ledger_id or snap.ledger_id)
+                           ledger_cap, ledger_id or snap.ledger_id, self.store.describe())
 
     def state(self, dataset: str, requested: Budget, spec_cap: Budget) -> LedgerState:
         """The dataset's spend and cap as a planned run would meet them (writes nothing)."""
@@ -287,7 +293,7 @@ class Ledger:
         """Create a new ledger (refused if one exists), optionally with a dataset's cap."""
         if dataset is not None:
             _check_label_syntax(dataset)
-        with self.store.transaction() as txn:
+        with self.store.transaction(create=True) as txn:
             snap = txn.snapshot
             snap.raise_if_damaged()
             if snap.exists and (snap.records or snap.keyed):

@@ -32,14 +32,12 @@ from typing import Any
 import filelock
 
 from dpcausal.accounting import chain
+from dpcausal.accounting.ledger_key import read_key_file, write_key_file
 from dpcausal.accounting.ledger_store import Snapshot
-from dpcausal.accounting.receipt import GENESIS_HASH
 from dpcausal.errors import LedgerIntegrityError, LedgerLockError, OutputError
 from dpcausal.io.durable import fsync_dir, write_all
 
 LOCK_TIMEOUT_SECONDS = 60.0
-
-
 
 
 class FileStore:
@@ -114,20 +112,23 @@ class FileStore:
     # -- reading --------------------------------------------------------------------------------
 
     def _load_key(self) -> tuple[bytes | None, str | None]:
-        try:
-            st = os.stat(self.key_path)
-            if st.st_mode & 0o077:
-                return None, (f"{self.key_path}: the ledger key may be read or written by other "
-                              f"users (mode {stat.S_IMODE(st.st_mode):o}); run 'chmod 600 "
-                              f"{self.key_path}'")
-            key = bytes.fromhex(self.key_path.read_text().strip())
-        except FileNotFoundError:
-            return None, None
-        except (OSError, ValueError) as exc:
-            return None, f"{self.key_path}: cannot read the ledger key ({exc})"
-        if len(key) != chain.KEY_BYTES:
-            return None, f"{self.key_path}: not a dpcausal ledger key"
-        return key, None
+        return read_key_file(self.key_path)
+
+    def load_key(self) -> bytes:
+        """The ledger's key (``LEDGER.key``); raises LedgerIntegrityError when unusable."""
+        key, problem = self._load_key()
+        if key is None:
+            raise LedgerIntegrityError(problem or f"{self.location}: its key file {self.key_path} "
+                                       "is missing; restore it from a backup")
+        return key
+
+    def describe(self) -> dict[str, str]:
+        """The receipt's ``ledger.store``: the kind only (a path may name a user or a project)."""
+        return {"kind": "file"}
+
+    def key_location(self) -> str:
+        """The key file beside the ledger."""
+        return str(self.key_path)
 
     def _load_head(self) -> tuple[dict[str, Any] | None, str | None]:
         try:
@@ -249,19 +250,15 @@ class FileStore:
     # -- writing --------------------------------------------------------------------------------
 
     @contextmanager
-    def transaction(self) -> Iterator[_FileTransaction]:
-        """Hold the lock for one read-decide-append critical section."""
+    def transaction(self, *, create: bool = False) -> Iterator[_FileTransaction]:
+        """Hold the lock for one read-decide-append critical section.
+
+        ``create`` changes nothing: a file ledger is created by its first append, in an existing
+        directory.
+        """
         with self._locked():
             snap, size, key = self._read()
             yield _FileTransaction(self, snap, size, key)
-
-    def _write_key(self, key: bytes) -> None:
-        fd = os.open(self.key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            write_all(fd, (key.hex() + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def _write_head(self, head: Mapping[str, Any]) -> None:
         """Write the head to a temp file and ``os.replace`` it: the commit point."""
@@ -293,7 +290,7 @@ class FileStore:
         created_key = False
         try:
             if key is not None:
-                self._write_key(key)
+                write_key_file(self.key_path, key)
                 created_key = True
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             if os.fstat(fd).st_size != base_size:
@@ -388,14 +385,29 @@ class _FileTransaction:
             assert self._key is not None
             assert snap.ledger_id is not None
             key, ledger_id = self._key, snap.ledger_id
-        prev = snap.records[-1]["hash"] if snap.records else GENESIS_HASH
-        sealed = []
-        for i, body in enumerate(bodies, start=len(snap.records) + 1):
-            sealed.append(chain.seal(body, seq=i, prev_hash=prev, key=key))
-            prev = sealed[-1]["hash"]
-        data = b"".join((json.dumps(r, sort_keys=True, allow_nan=False) + "\n").encode()
-                        for r in sealed)
+        sealed = chain.seal_all(bodies, after=snap.records, key=key)
+        data = _lines(sealed)
         head = chain.make_head(key, ledger_id=ledger_id, count=len(snap.records) + len(sealed),
-                               last_hash=prev, size=self._size + len(data))
+                               last_hash=sealed[-1]["hash"], size=self._size + len(data))
         self.store.commit(data, head, base_size=self._size, key=new_key)
         return sealed
+
+    def restore(self, records: Sequence[Mapping[str, Any]], key: bytes) -> None:
+        """Write ``records`` unchanged as this new ledger, with ``key`` as its key file."""
+        snap = self.snapshot
+        snap.raise_if_damaged()
+        if snap.exists:
+            raise OutputError(f"{self.store.location}: a file exists there; a ledger is copied "
+                              "only into a new one")
+        start = chain.legacy_prefix(records)
+        if not records or start is None:
+            raise ValueError("only a keyed ledger can be restored")
+        data = _lines(records)
+        head = chain.make_head(key, ledger_id=str(records[start]["ledger_id"]),
+                               count=len(records), last_hash=str(records[-1]["hash"]),
+                               size=len(data))
+        self.store.commit(data, head, base_size=0, key=key)
+
+
+def _lines(records: Sequence[Mapping[str, Any]]) -> bytes:
+    return b"".join((chain.record_json(r) + "\n").encode() for r in records)

@@ -7,16 +7,21 @@ exclusively:
 - :meth:`LedgerStore.snapshot` reads every record, verifies the keyed chain and the head record, and
   reports what it found (never raising for damage: audits want every problem).
 - :meth:`LedgerStore.transaction` holds the store's exclusive lock (file: ``flock`` on the resolved
-  file; a database: a per-ledger advisory lock or a SERIALIZABLE transaction) for one critical
-  section: read a snapshot, let the policy decide, then :meth:`Transaction.append` seals the new
-  records (``seq``, ``prev_hash``, ``hash``, ``mac``), writes them durably and moves the head. An
-  append that fails leaves the store as it was (nothing spent) or raises saying what was kept.
+  file; database: a per-ledger advisory lock) for one critical section: read a snapshot, let the
+  policy decide, then :meth:`Transaction.append` seals the new records (``seq``, ``prev_hash``,
+  ``hash``, ``mac``), writes them durably and moves the head. An append that fails leaves the store
+  as it was (nothing spent) or raises saying what was kept.
 - Creating a ledger (an append to a snapshot with ``exists`` False, whose first body is the
   ``ledger-init`` record) creates its key; adopting a legacy ledger (first body ``ledger-adopt``)
-  too.
+  too. A file ledger is created by its first charge (in an existing directory); a database ledger
+  only by a transaction opened with ``create=True`` (``dpcausal ledger init`` or ``import``): a
+  release run never creates a shared ledger.
+- :meth:`Transaction.restore` writes the records of another ledger unchanged (same ``seq``,
+  ``hash``, ``mac``, under the same key) into a new one: ``dpcausal ledger export``/``import``.
 
-A PostgreSQL store (issue 15) implements the same three methods over a records table, a head row and
-a key kept outside the database; :func:`open_store` picks the store from the location.
+:func:`open_store` picks the store from the location: a ``postgresql://`` URL
+(:mod:`dpcausal.accounting.ledger_pg`, which needs the optional ``psycopg`` driver, imported only
+then) or a file path (:mod:`dpcausal.accounting.ledger_file`).
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from dpcausal.errors import LedgerIntegrityError
+from dpcausal.accounting.ledger_url import is_database_url
+from dpcausal.errors import LedgerIntegrityError, SpecError
 
 
 @dataclass
@@ -92,27 +98,57 @@ class Transaction(Protocol):
         """Seal ``bodies`` after the snapshot's last record, write them durably, move the head."""
         ...
 
+    def restore(self, records: Sequence[Mapping[str, Any]], key: bytes) -> None:
+        """Write another ledger's ``records`` unchanged into this new, empty one, under ``key``."""
+        ...
+
 
 class LedgerStore(Protocol):
     """Durable, exclusive storage of one ledger's records (see the module docstring)."""
 
     location: str
+    """The ledger as messages name it (a file path, or a database URL without credentials)."""
 
     def snapshot(self) -> Snapshot:
-        """Read and verify everything, under the lock."""
+        """Read and verify everything (a consistent view; never raises for damage)."""
         ...
 
-    def transaction(self) -> AbstractContextManager[Transaction]:
-        """Hold the exclusive lock; yield a transaction over a fresh snapshot."""
+    def transaction(self, *, create: bool = False) -> AbstractContextManager[Transaction]:
+        """Hold the exclusive lock; yield a transaction over a fresh snapshot.
+
+        ``create`` allows the transaction to create the ledger (``ledger init``, ``import``).
+        """
         ...
 
     def repair_torn_tail(self) -> str | None:
         """Move a provably uncommitted torn final record aside; return where, or None."""
         ...
 
+    def load_key(self) -> bytes:
+        """The ledger's HMAC key (to copy the ledger with its MACs valid); raises if unavailable."""
+        ...
+
+    def describe(self) -> dict[str, str]:
+        """What the receipt records about the store: its kind (and a database's redacted URL)."""
+        ...
+
+    def key_location(self) -> str:
+        """Where the key lives, for messages (never the key)."""
+        ...
+
 
 def open_store(location: str | Path, *, lock_timeout: float | None = None) -> LedgerStore:
-    """The store for ``location`` (a file path; a database URL once a database store exists)."""
+    """The store for ``location``: a ``postgresql://`` URL or a file path."""
+    if is_database_url(location):
+        try:
+            from dpcausal.accounting.ledger_pg import PostgresStore
+        except ImportError as exc:
+            if isinstance(exc, ModuleNotFoundError) and not (exc.name or "").startswith("psycopg"):
+                raise  # a module of ours is missing: a bug, not a missing extra
+            raise SpecError(
+                f"a PostgreSQL ledger needs the optional driver psycopg, which cannot be imported "
+                f"({exc}): pip install 'dpcausal[postgres]'") from exc
+        return PostgresStore(str(location), lock_timeout=lock_timeout)
     from dpcausal.accounting.ledger_file import FileStore
 
     return FileStore(Path(location), lock_timeout=lock_timeout)

@@ -56,9 +56,14 @@ def _same(a: Budget, d: Mapping[str, Any]) -> bool:
     return _close(a.epsilon, float(d["epsilon"])) and _close(a.delta, float(d["delta"]))
 
 
-def verify_ledger(path: Path, report: VerifyReport) -> Snapshot:
-    """Check the ledger's integrity and recompute every dataset's total against its cap."""
-    snap = Ledger(path).snapshot()
+def verify_ledger(location: str | Path, report: VerifyReport) -> Snapshot:
+    """Check the ledger's integrity and recompute every dataset's total against its cap.
+
+    ``location`` is a ledger file or a ``postgresql://`` URL; messages name it as its store does
+    (a URL without credentials).
+    """
+    snap = Ledger(location).snapshot()
+    path = snap.location
     if not snap.exists and not snap.problems:
         raise OutputError(f"{path}: ledger not found; check --ledger")
     report.problems.extend(snap.problems)
@@ -154,7 +159,7 @@ def verify_receipt(path: Path, report: VerifyReport, snap: Snapshot | None) -> N
             report.problems.append(f"{target}: content does not match the receipt's sha256")
 
 
-def verify(ledger: Path | None, receipts: list[Path]) -> VerifyReport:
+def verify(ledger: str | Path | None, receipts: list[Path]) -> VerifyReport:
     """Verify a ledger and/or receipts."""
     report = VerifyReport()
     snap = verify_ledger(ledger, report) if ledger is not None else None

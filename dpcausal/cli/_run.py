@@ -181,7 +181,7 @@ def run_release_command(
     spec_path: Path,
     data: Path | None,
     out: Path | None,
-    ledger: Path | None,
+    ledger: str | Path | None,
     seed: int | None,
     dry_run: bool,
     as_json: bool,

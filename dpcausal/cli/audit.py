@@ -29,8 +29,9 @@ app = typer.Typer(no_args_is_help=True, cls=Group,
 
 @app.command("verify", cls=Command)
 def verify_cmd(
-    ledger: Annotated[Path | None, typer.Option("--ledger", metavar="FILE",
-                                                help="Ledger JSONL file.")] = None,
+    ledger: Annotated[str | None, typer.Option(
+        "--ledger", metavar="FILE|URL",
+        help="Ledger JSONL file or postgresql://host/dbname URL.")] = None,
     receipt: Annotated[
         list[Path] | None, typer.Option("--receipt", metavar="FILE", help="Receipt file (repeatable).")
     ] = None,
@@ -45,7 +46,7 @@ def verify_cmd(
 
     def body() -> None:
         if ledger is None and not receipt:
-            raise SpecError("give --ledger FILE and/or --receipt FILE")
+            raise SpecError("give --ledger FILE|URL and/or --receipt FILE")
         try:
             report = verify(ledger, list(receipt or []))
         except LedgerIntegrityError as exc:
@@ -79,7 +80,9 @@ def verify_cmd(
 
 @app.command("repair", cls=Command)
 def repair_cmd(
-    ledger: Annotated[Path, typer.Option("--ledger", metavar="FILE", help="Ledger JSONL file.")],
+    ledger: Annotated[str, typer.Option(
+        "--ledger", metavar="FILE",
+        help="Ledger JSONL file (a database ledger never has a torn record).")],
 ) -> None:
     """Move aside an incomplete last line that the head record proves was never committed.
 
@@ -94,15 +97,17 @@ def repair_cmd(
 
         try:
             store = Ledger(ledger)
-            if not store.snapshot().exists and not store.snapshot().problems:
-                raise OutputError(f"{ledger}: ledger not found; check --ledger")
+            snap = store.snapshot()
+            if not snap.exists and not snap.problems:
+                raise OutputError(f"{store.location}: ledger not found; check --ledger")
             saved = store.repair_torn_tail()
         except LedgerIntegrityError as exc:
             raise AuditViolation(str(exc)) from exc
         if saved is None:
-            stdout_console().print(f"{ledger}: no incomplete line; nothing to repair", markup=False)
+            stdout_console().print(f"{store.location}: no incomplete line; nothing to repair",
+                                   markup=False)
         else:
-            stdout_console().print(f"{ledger}: moved the incomplete last line (never committed) "
+            stdout_console().print(f"{store.location}: moved the incomplete last line (never committed) "
                                    f"to {saved}", markup=False)
 
     guarded(body)

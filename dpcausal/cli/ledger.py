@@ -1,4 +1,4 @@
-"""``dpcausal ledger``: create a ledger, adopt an old one, record a dataset's cap."""
+"""``dpcausal ledger``: create a ledger, adopt an old one, record a dataset's cap, copy a ledger."""
 
 from __future__ import annotations
 
@@ -15,10 +15,12 @@ from dpcausal.cli.options import Command, Group
 from dpcausal.errors import SpecError
 
 app = typer.Typer(no_args_is_help=True, cls=Group,
-                  help="Create a ledger and record datasets' caps (each a visible, keyed line).")
+                  help="Create a ledger, record datasets' caps (each a visible, keyed line), and "
+                  "copy a ledger between a file and a database.")
 
-LedgerArg = Annotated[Path, typer.Option("--ledger", metavar="FILE", help="The ledger file.",
-                                             dir_okay=False)]
+LedgerArg = Annotated[str, typer.Option(
+    "--ledger", "--url", metavar="FILE|URL",
+    help="The ledger: a JSONL file or a postgresql://host/dbname URL.")]
 DatasetOpt = Annotated[str | None, typer.Option("--dataset", metavar="NAME",
                                                        help="A dataset label.")]
 EpsOpt = Annotated[float | None, typer.Option("--epsilon", metavar="EPS",
@@ -38,22 +40,24 @@ def _cap(epsilon: float, delta: float) -> Any:
     return Budget(epsilon, delta)
 
 
-def _show(records: list[dict[str, Any]], as_json: bool, ledger: Path) -> None:
+def _show(records: list[dict[str, Any]], as_json: bool, ledger: Any) -> None:
     if as_json:
         sys.stdout.write(json.dumps(records, indent=2) + "\n")
         return
     console = stdout_console()
+    where = ledger.location
     for rec in records:
         if rec["kind"] == "cap":
             cap, prev = rec["cap"], rec["previous_cap"]
             was = f" (was ε={prev['epsilon']:g} δ={prev['delta']:g})" if prev else ""
-            console.print(f"{ledger}: line {rec['seq']}: dataset '{rec['dataset']}' cap "
+            console.print(f"{where}: line {rec['seq']}: dataset '{rec['dataset']}' cap "
                           f"ε={cap['epsilon']:g} δ={cap['delta']:g}{was} [{rec['reason']}]",
                           markup=False)
         else:
-            console.print(f"{ledger}: line {rec['seq']}: {rec['kind']} (ledger id "
-                          f"{rec['ledger_id']}); key in {ledger}.key (keep it private and "
-                          "back it up with the ledger)", markup=False)
+            console.print(f"{where}: line {rec['seq']}: {rec['kind']} (ledger id "
+                          f"{rec['ledger_id']}); key in {ledger.store.key_location()} (keep it "
+                          "private and back it up; without it the ledger can be neither verified "
+                          "nor extended)", markup=False)
 
 
 @app.command("init", cls=Command)
@@ -72,7 +76,9 @@ def init_cmd(
     """Create a new ledger (and its key and head), optionally recording one dataset's cap.
 
     The ledger's directory is created if missing: this is the explicit way to start a ledger in a
-    new place (a release run never does that).
+    new place (a release run never does that). For a postgresql:// URL it creates the schema
+    (versioned) in the database; the key goes to the file DPCAUSAL_LEDGER_KEY_FILE names
+    (created when missing) and never into the database.
     """
 
     def body() -> None:
@@ -82,13 +88,15 @@ def init_cmd(
             if dataset is not None or epsilon is not None:
                 raise SpecError("--adopt takes the caps from the old ledger; set others afterwards "
                                 "with 'dpcausal ledger set-cap'")
-            _show(Ledger(ledger).adopt(), as_json, ledger)
+            led = Ledger(ledger)
+            _show(led.adopt(), as_json, led)
             return
         if (dataset is None) != (epsilon is None):
             raise SpecError("--dataset and --epsilon go together (the dataset's cap)")
         cap = _cap(epsilon, delta) if epsilon is not None else None
-        ledger.absolute().parent.mkdir(parents=True, exist_ok=True)
-        _show(Ledger(ledger).init(dataset=dataset, cap=cap, note=note), as_json, ledger)
+        _make_parent(ledger)
+        led = Ledger(ledger)
+        _show(led.init(dataset=dataset, cap=cap, note=note), as_json, led)
 
     guarded(body, as_json=as_json)
 
@@ -114,7 +122,72 @@ def set_cap_cmd(
         from dpcausal.accounting.ledger import Ledger
 
         _cap(epsilon, 0.0 if delta is None else delta)
-        rec = Ledger(ledger).set_cap(dataset, epsilon, delta, allow_raise=allow_raise, note=note)
-        _show([rec], as_json, ledger)
+        led = Ledger(ledger)
+        rec = led.set_cap(dataset, epsilon, delta, allow_raise=allow_raise, note=note)
+        _show([rec], as_json, led)
 
     guarded(body, as_json=as_json)
+
+
+def _make_parent(location: str) -> None:
+    from dpcausal.accounting.ledger_url import is_database_url
+
+    if not is_database_url(location):
+        Path(location).absolute().parent.mkdir(parents=True, exist_ok=True)
+
+
+def _copy(source: str, dest: str, as_json: bool) -> None:
+    from dpcausal.accounting.ledger_copy import copy_ledger
+
+    _make_parent(dest)
+    report = copy_ledger(source, dest)
+    if as_json:
+        sys.stdout.write(json.dumps({
+            "source": report.source, "dest": report.dest, "records": report.records,
+            "ledger_id": report.ledger_id, "last_hash": report.last_hash,
+            "key": report.key_location, "notes": report.notes,
+            "spent": {ds: b.to_dict() for ds, b in sorted(report.spent.items())}}, indent=2) + "\n")
+        return
+    console = stdout_console()
+    console.print(f"copied {report.records} record(s) of ledger {report.ledger_id} from "
+                  f"{report.source} to {report.dest}, unchanged (last hash "
+                  f"{report.last_hash[:12]}); the copy verifies", markup=False)
+    for ds, b in sorted(report.spent.items()):
+        console.print(f"  dataset '{ds}': spent ε={b.epsilon:g} δ={b.delta:g}", markup=False)
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False)
+    console.print(f"its key: {report.key_location} (the source's key: keep it private)",
+                  markup=False)
+
+
+@app.command("export", cls=Command)
+def export_cmd(
+    ledger: LedgerArg,
+    to: Annotated[str, typer.Option(
+        "--to", metavar="FILE|URL",
+        help="The new ledger to write: a JSONL file (its .key and .head are written beside it) "
+        "or a postgresql:// URL of a database without a ledger.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Copy the ledger, every record unchanged (MACs valid under the same key), into a new one.
+
+    The ledger is read under its lock and must verify; the copy is verified after writing.
+    """
+    guarded(lambda: _copy(ledger, to, as_json), as_json=as_json)
+
+
+@app.command("import", cls=Command)
+def import_cmd(
+    ledger: LedgerArg,
+    source: Annotated[str, typer.Option(
+        "--from", metavar="FILE|URL",
+        help="The ledger to import: a JSONL file (with its .key and .head) or a postgresql:// "
+        "URL.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Create the ledger (a database or a file) as a copy of another, every record unchanged.
+
+    For a database, DPCAUSAL_LEDGER_KEY_FILE names where the jobs' key is: the source's key is
+    written there when the file does not exist (or it must be the source's key already).
+    """
+    guarded(lambda: _copy(source, ledger, as_json), as_json=as_json)

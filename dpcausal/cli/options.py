@@ -66,7 +66,10 @@ OutOpt = Annotated[
     Path | None, typer.Option("--out", metavar="DIR", help="Output directory; overrides output.dir.")
 ]
 LedgerOpt = Annotated[
-    Path | None, typer.Option("--ledger", metavar="FILE", help="Ledger file; overrides ledger.path.")
+    str | None,
+    typer.Option("--ledger", metavar="FILE|URL",
+                 help="Ledger file or postgresql://host/dbname URL; overrides ledger.path / "
+                 "ledger.url."),
 ]
 SeedOpt = Annotated[
     int | None,

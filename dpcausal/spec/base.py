@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from dpcausal.accounting.ledger_url import is_database_url, url_problem
 from dpcausal.errors import SpecError
 
 
@@ -183,18 +184,50 @@ class BudgetSpec(StrictModel):
 
 
 class LedgerSpec(StrictModel):
-    """The persistent ledger that caps a dataset's total spend."""
+    """The persistent ledger that caps a dataset's total spend: a JSONL file (``path``) or a
+    PostgreSQL database shared by many hosts (``url``), exactly one of the two."""
 
-    path: Path
-    """The ledger: an append-only JSONL file, one hash-chained line per release, locked while a
-    run checks and charges it (<path>.lock); created on the first release. --ledger overrides
-    it. Every run on one dataset must use the same file, or its cap is not enforced."""
+    path: Path | None = None
+    """The ledger as an append-only JSONL file, one hash-chained line per release, locked while a
+    run checks and charges it (<path>.lock); created on the first release, in an existing
+    directory. --ledger overrides it. Every run on one dataset must use the same ledger, or its
+    cap is not enforced. Give path or url, not both."""
+    url: str | None = None
+    """The ledger in a PostgreSQL database shared by many hosts and CI jobs:
+    postgresql://host[:port]/dbname (created by 'dpcausal ledger init --url'). Never a password:
+    libpq's PGPASSWORD, password file or service file supply it; the jobs' ledger key comes
+    from DPCAUSAL_LEDGER_KEY_FILE. --ledger overrides it."""
     dataset: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/@+-]+$")]
     """The budget label that releases are charged to: a name you choose for the protected rows
     (letters, digits and ._:/@+-), never a hash of the data. Runs on the same rows must use the
     same label, or their spending is counted apart."""
     budget: BudgetSpec
     """The dataset's lifetime cap {epsilon, delta}."""
+
+    @model_validator(mode="after")
+    def _one_location(self) -> LedgerSpec:
+        # a model-level check: the error does not echo the URL (it may hold a password)
+        if (self.path is None) == (self.url is None):
+            raise ValueError("give exactly one of ledger.path (a JSONL file) and ledger.url "
+                             "(postgresql://host/dbname)")
+        problem = url_problem(self.url) if self.url is not None else None
+        if problem:
+            raise ValueError(f"ledger.url: {problem}")
+        return self
+
+    @property
+    def location(self) -> str | Path:
+        """The ledger file or database URL."""
+        return self.url if self.url is not None else cast(Path, self.path)
+
+    def at(self, location: str | Path) -> LedgerSpec:
+        """This ledger section pointed at ``location`` (``--ledger``: a file or a URL)."""
+        if is_database_url(location):
+            problem = url_problem(str(location))
+            if problem:
+                raise SpecError(f"--ledger: {problem}")
+            return self.model_copy(update={"url": str(location), "path": None})
+        return self.model_copy(update={"path": Path(location), "url": None})
 
 
 class OutputSpec(StrictModel):
@@ -252,7 +285,8 @@ class CommonSpec(StrictModel):
     memory."""
 
     def with_overrides(
-        self, *, data: Path | None = None, out: Path | None = None, ledger: Path | None = None,
+        self, *, data: Path | None = None, out: Path | None = None,
+        ledger: str | Path | None = None,
         engine: str | None = None, engine_address: str | None = None,
     ) -> Any:
         """Return a copy with the CLI's --data / --out / --ledger / --engine(-address) applied."""
@@ -275,7 +309,8 @@ class CommonSpec(StrictModel):
             if self.ledger is None:
                 raise SpecError(
                     "--ledger was given but the spec has no 'ledger' section; add "
-                    "ledger: {path: ..., dataset: NAME, budget: {epsilon: CAP}} to the spec"
+                    "ledger: {path: ... (or url: postgresql://...), dataset: NAME, budget: "
+                    "{epsilon: CAP}} to the spec"
                 )
-            update["ledger"] = self.ledger.model_copy(update={"path": ledger})
+            update["ledger"] = self.ledger.at(ledger)
         return self.model_copy(update=update)
