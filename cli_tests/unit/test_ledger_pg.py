@@ -283,19 +283,19 @@ def _failing_commit(monkeypatch: pytest.MonkeyPatch, *, commit_first: bool) -> N
 def test_a_lost_commit_that_went_through_stands(pg_url: str, pg_key: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     Ledger(pg_url).init()
-    _failing_commit(monkeypatch, commit_first=True)
-    rec = charge(Ledger(pg_url), 1.0)  # found in the ledger: charged, so it may be published
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:
+        _failing_commit(patch, commit_first=True)
+        rec = charge(Ledger(pg_url), 1.0)  # found in the ledger: charged, so it may be published
     assert releases_in(pg_url) == [rec]
 
 
 def test_a_lost_commit_that_did_not_go_through_spent_nothing(pg_url: str, pg_key: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     Ledger(pg_url).init()
-    _failing_commit(monkeypatch, commit_first=False)
-    with pytest.raises(OutputError, match="it was not committed: nothing was spent"):
-        charge(Ledger(pg_url), 1.0)
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:
+        _failing_commit(patch, commit_first=False)
+        with pytest.raises(OutputError, match="it was not committed: nothing was spent"):
+            charge(Ledger(pg_url), 1.0)
     assert releases_in(pg_url) == []
 
 
@@ -304,7 +304,6 @@ def test_a_lost_commit_that_cannot_be_checked_says_so(pg_url: str, pg_key: Path,
     from dpcausal.accounting.ledger_pg import CommitOutcomeUnknown, PostgresStore
 
     Ledger(pg_url).init()
-    _failing_commit(monkeypatch, commit_first=True)
     real_connect = PostgresStore._connect
     calls: list[int] = []
 
@@ -314,12 +313,13 @@ def test_a_lost_commit_that_cannot_be_checked_says_so(pg_url: str, pg_key: Path,
             raise OutputError("cannot connect")
         return real_connect(self)
 
-    monkeypatch.setattr(PostgresStore, "_connect", connect)
-    ledger = Ledger(pg_url)
-    ledger.state("d", Budget(1.0), Budget(1.0))
-    with pytest.raises(CommitOutcomeUnknown, match=r"unknown whether.*charged, not published"):
-        charge(ledger, 1.0)
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:
+        _failing_commit(patch, commit_first=True)
+        patch.setattr(PostgresStore, "_connect", connect)
+        ledger = Ledger(pg_url)
+        ledger.state("d", Budget(1.0), Budget(1.0))
+        with pytest.raises(CommitOutcomeUnknown, match=r"unknown whether.*charged, not published"):
+            charge(ledger, 1.0)
     assert len(releases_in(pg_url)) == 1  # it had gone through: the budget is spent
 
 
