@@ -58,6 +58,7 @@ class Cluster:
         self.user = _run_as()
         self.root = Path(tempfile.mkdtemp(prefix="dpcausal-pg-"))
         self.data = self.root / "data"
+        self.tcp_port: int | None = None
         if self.user is not None:
             entry = pwd.getpwnam(self.user)
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
@@ -70,18 +71,26 @@ class Cluster:
             cmd = ["runuser", "-u", self.user, "--", *cmd]
         return subprocess.run(cmd, check=check, capture_output=True, text=True, timeout=120)
 
-    def start(self) -> None:
-        """Start the server (fsync off: a test server; every commit still waits for its WAL)."""
+    def start(self, tcp_port: int | None = None) -> None:
+        """Start the server (fsync off: a test server; every commit still waits for its WAL).
+
+        ``tcp_port``: also listen on 127.0.0.1 at that port (the benchmark; tests use the socket).
+        """
+        listen = "" if tcp_port is None else f"127.0.0.1 -p {tcp_port}"
+        self.tcp_port = tcp_port
         self._pg("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-w",
-                 "-o", f"-k {self.root} -c listen_addresses= -F", "start")
+                 "-o", f"-k {self.root} -c listen_addresses={listen} -F", "start")
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server (``immediate``: like a crash, no checkpoint)."""
         self._pg("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop", check=False)
 
-    def url(self, dbname: str = "postgres") -> str:
-        """The URL of ``dbname`` as the superuser, over the socket."""
-        return f"postgresql://{SUPERUSER}@/{dbname}?host={self.root}"
+    def url(self, dbname: str = "postgres", *, tcp: bool = False) -> str:
+        """The URL of ``dbname`` as the superuser, over the socket (or TCP on 127.0.0.1)."""
+        if tcp:
+            return f"postgresql://{SUPERUSER}@127.0.0.1:{self.tcp_port}/{dbname}"
+        port = "" if self.tcp_port is None else f"&port={self.tcp_port}"
+        return f"postgresql://{SUPERUSER}@/{dbname}?host={self.root}{port}"
 
     def remove(self) -> None:
         """Stop the server and delete everything."""

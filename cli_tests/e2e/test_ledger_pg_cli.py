@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,15 +24,10 @@ OWL = ["owl", "--spec", "configs/owl.yaml", "--quiet"]
 DATASET = "owl-sample-trial"
 
 
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    shutil.copytree(REPO / "sample_data", tmp_path / "sample_data")
-    shutil.copytree(REPO / "configs", tmp_path / "configs")
-    (tmp_path / "out").mkdir()
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("DPCAUSAL_LEDGER_KEY_FILE", str(tmp_path / "ledger.key"))
-    monkeypatch.delenv("DPCAUSAL_LEDGER_KEY", raising=False)
-    return tmp_path
+@pytest.fixture(autouse=True)
+def _key(pg_key: Path) -> Path:
+    """Every test here has a database ledger key file path (created by ledger init)."""
+    return pg_key
 
 
 def _init(url: str, cap: float = 15.0) -> None:

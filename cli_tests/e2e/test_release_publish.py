@@ -13,7 +13,6 @@ import errno
 import json
 import multiprocessing as mp
 import os
-import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -27,15 +26,6 @@ from cli_tests.helpers import invoke, read_json, releases, write_yaml
 REPO = Path(__file__).resolve().parents[2]
 OWL = ["owl", "--spec", "configs/owl.yaml", "--quiet"]
 REAL_WRITE = os.write
-
-
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    shutil.copytree(REPO / "sample_data", tmp_path / "sample_data")
-    shutil.copytree(REPO / "configs", tmp_path / "configs")
-    (tmp_path / "out").mkdir()
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def _state(workdir: Path) -> dict[str, Any]:

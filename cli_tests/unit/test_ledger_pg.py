@@ -363,7 +363,7 @@ def test_export_import_round_trip_keeps_every_line(pg_url: str, pg_server: str, 
         copy_ledger(pg_server, tmp_path / "x.jsonl")
 
 
-def test_import_refuses_a_key_that_is_not_the_sources(pg_url: str, pg_key: Path,
+def test_import_takes_the_sources_key_and_no_other(pg_url: str, pg_key: Path,
                                                       tmp_path: Path) -> None:
     src = tmp_path / "l.jsonl"
     charge(Ledger(src), 1.0)
@@ -372,6 +372,10 @@ def test_import_refuses_a_key_that_is_not_the_sources(pg_url: str, pg_key: Path,
     with pytest.raises(OutputError, match="not the imported ledger's key"):
         copy_ledger(src, pg_url)
     assert sql(pg_url, "SELECT to_regnamespace('dpcausal')") == [(None,)]
+    pg_key.unlink()  # a new path: the source's key is written there
+    copy_ledger(src, pg_url)
+    assert pg_key.read_text() == (tmp_path / "l.jsonl.key").read_text()
+    assert stat.S_IMODE(os.stat(pg_key).st_mode) == 0o600 and verify(pg_url, []).ok
 
 
 def test_import_refuses_a_damaged_source(pg_url: str, pg_key: Path, tmp_path: Path) -> None:

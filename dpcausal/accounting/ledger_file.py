@@ -33,7 +33,7 @@ import filelock
 
 from dpcausal.accounting import chain
 from dpcausal.accounting.ledger_key import read_key_file, write_key_file
-from dpcausal.accounting.ledger_store import Snapshot
+from dpcausal.accounting.ledger_store import Snapshot, check_restorable
 from dpcausal.errors import LedgerIntegrityError, LedgerLockError, OutputError
 from dpcausal.io.durable import fsync_dir, write_all
 
@@ -394,14 +394,7 @@ class _FileTransaction:
 
     def restore(self, records: Sequence[Mapping[str, Any]], key: bytes) -> None:
         """Write ``records`` unchanged as this new ledger, with ``key`` as its key file."""
-        snap = self.snapshot
-        snap.raise_if_damaged()
-        if snap.exists:
-            raise OutputError(f"{self.store.location}: a file exists there; a ledger is copied "
-                              "only into a new one")
-        start = chain.legacy_prefix(records)
-        if not records or start is None:
-            raise ValueError("only a keyed ledger can be restored")
+        start = check_restorable(self.snapshot, records, "a file exists there")
         data = _lines(records)
         head = chain.make_head(key, ledger_id=str(records[start]["ledger_id"]),
                                count=len(records), last_hash=str(records[-1]["hash"]),

@@ -49,7 +49,7 @@ from dpcausal.accounting.ledger_key import (
     key_for_new_ledger,
     missing_key_error,
 )
-from dpcausal.accounting.ledger_store import Snapshot
+from dpcausal.accounting.ledger_store import Snapshot, check_restorable
 from dpcausal.accounting.ledger_url import redact_url, url_problem
 from dpcausal.accounting.receipt import receipt_hash
 from dpcausal.errors import LedgerIntegrityError, LedgerLockError, OutputError, SpecError
@@ -409,12 +409,6 @@ class _PgTransaction:
 
     def restore(self, records: Sequence[Mapping[str, Any]], key: bytes) -> None:
         """Insert ``records`` unchanged as this new ledger (its key must be ``key``)."""
-        snap = self.snapshot
-        snap.raise_if_damaged()
-        if snap.exists:
-            raise OutputError(f"{self.store.location}: the database already holds a dpcausal "
-                              "ledger; a ledger is copied only into a new one")
-        if not records or chain.legacy_prefix(records) is None:
-            raise ValueError("only a keyed ledger can be restored")
+        check_restorable(self.snapshot, records, "the database already holds a dpcausal ledger")
         key, created = key_for_new_ledger(self._env, key, self.store.location)
         self._commit(records, key, created)

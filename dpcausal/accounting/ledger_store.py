@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from dpcausal.accounting.chain import legacy_prefix
 from dpcausal.accounting.ledger_url import is_database_url
-from dpcausal.errors import LedgerIntegrityError, SpecError
+from dpcausal.errors import LedgerIntegrityError, OutputError, SpecError
 
 
 @dataclass
@@ -87,6 +88,20 @@ class Snapshot:
                 "the head record proves it was never committed (a run was killed or the disk "
                 "filled while appending; it published nothing); run 'dpcausal audit repair "
                 f"--ledger {self.location}' to move it aside")
+
+
+def check_restorable(snapshot: Snapshot, records: Sequence[Mapping[str, Any]], what: str) -> int:
+    """Refuse to restore ``records`` into anything but a new store; return their init position.
+
+    ``what`` says what exists there already (for the message).
+    """
+    snapshot.raise_if_damaged()
+    if snapshot.exists:
+        raise OutputError(f"{snapshot.location}: {what}; a ledger is copied only into a new one")
+    start = legacy_prefix(records)
+    if not records or start is None:
+        raise ValueError("only a keyed ledger can be restored")
+    return start
 
 
 class Transaction(Protocol):
