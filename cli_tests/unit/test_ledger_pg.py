@@ -208,7 +208,7 @@ def test_a_rollback_of_rows_and_head_is_revealed_by_a_kept_receipt(
 
 def test_a_role_with_the_documented_grants_can_run_and_nothing_more(
         pg_url: str, pg_key: Path) -> None:
-    from dpcausal.accounting.ledger_pg import GRANTS
+    from dpcausal.accounting.ledger_pg_schema import GRANTS
 
     Ledger(pg_url).init()
     role = "dpcausal_job"

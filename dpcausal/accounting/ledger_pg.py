@@ -1,18 +1,15 @@
 """The PostgreSQL ledger: one ledger per database, shared by every host and CI job that can reach it.
 
-Schema ``dpcausal`` (created by ``dpcausal ledger init`` or ``import``, never by a release run;
-:data:`SCHEMA_VERSION` is recorded in ``dpcausal.schema_version``):
-
-- ``records(seq, record)`` — one row per ledger record: ``seq`` its 1-based position, ``record``
-  the exact JSON text a file ledger would hold on that line (so export and import are byte-exact);
-- ``heads(count, head)`` — one keyed head record per committed transaction, inserted in the same
-  transaction as its records (the head is never replaced: the tool only INSERTs). The last head
-  names the last committed record, so dropped rows — even the last ones — are detected.
+The schema (:mod:`dpcausal.accounting.ledger_pg_schema`) is created by ``dpcausal ledger init`` or
+``import``, never by a release run. ``records`` hold the exact JSON lines a file ledger would (so
+export and import are byte-exact); each committed transaction inserts its records *and* a keyed
+head row (the head is never replaced: the tool only INSERTs). The last head names the last
+committed record, so dropped rows, even the last ones, are detected.
 
 Append-only: the tool never UPDATEs or DELETEs, and triggers refuse UPDATE, DELETE and TRUNCATE on
 every table (for anyone but a role that disables them: its changes still break the chain's MACs).
-The roles of jobs need only ``USAGE`` on the schema, ``SELECT`` on the three tables and ``INSERT`` on
-``records`` and ``heads``. The key is not in the database (:mod:`dpcausal.accounting.ledger_key`).
+The roles of jobs need only the grants in ``ledger_pg_schema.GRANTS``. The key is not in the
+database (:mod:`dpcausal.accounting.ledger_key`).
 
 Concurrency: a critical section is one READ COMMITTED transaction that first takes the ledger's
 transaction-level advisory lock (``pg_advisory_xact_lock``, waited for at most ``lock_timeout``),
@@ -49,40 +46,16 @@ from dpcausal.accounting.ledger_key import (
     key_for_new_ledger,
     missing_key_error,
 )
+from dpcausal.accounting.ledger_pg_schema import DDL, SCHEMA_VERSION, TABLES
 from dpcausal.accounting.ledger_store import Snapshot, check_restorable
 from dpcausal.accounting.ledger_url import redact_url, url_problem
 from dpcausal.accounting.receipt import receipt_hash
 from dpcausal.errors import LedgerIntegrityError, LedgerLockError, OutputError, SpecError
 
-SCHEMA_VERSION = 1
 LOCK_TIMEOUT_SECONDS = 60.0
 CONNECT_TIMEOUT_SECONDS = 10
 LOCK_ID = int.from_bytes(hashlib.sha256(b"dpcausal ledger").digest()[:8], "big", signed=True)
 """The advisory lock of the database's ledger (advisory locks are per database)."""
-
-TABLES = ("schema_version", "records", "heads")
-DDL = (
-    "CREATE SCHEMA dpcausal",
-    "CREATE TABLE dpcausal.schema_version (version integer PRIMARY KEY, tool_version text NOT NULL)",
-    "CREATE TABLE dpcausal.records (seq bigint PRIMARY KEY CHECK (seq >= 1), record text NOT NULL)",
-    "CREATE TABLE dpcausal.heads (count bigint PRIMARY KEY CHECK (count >= 1), head text NOT NULL)",
-    """CREATE FUNCTION dpcausal.refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
-       BEGIN RAISE EXCEPTION 'the dpcausal ledger is append-only: % on %.% refused',
-             TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME USING ERRCODE = 'insufficient_privilege';
-       END $$""",
-    *(stmt.format(t=t) for t in TABLES for stmt in (
-        "CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON dpcausal.{t} "
-        "FOR EACH ROW EXECUTE FUNCTION dpcausal.refuse_change()",
-        "CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON dpcausal.{t} "
-        "FOR EACH STATEMENT EXECUTE FUNCTION dpcausal.refuse_change()",
-        "REVOKE ALL ON dpcausal.{t} FROM PUBLIC"))
-)
-GRANTS = (
-    "GRANT USAGE ON SCHEMA dpcausal TO {role}",
-    "GRANT SELECT ON dpcausal.schema_version, dpcausal.records, dpcausal.heads TO {role}",
-    "GRANT INSERT ON dpcausal.records, dpcausal.heads TO {role}",
-)
-"""What the role of a job needs (documented in the README; nothing more)."""
 
 
 class CommitOutcomeUnknown(OutputError):
