@@ -15,6 +15,8 @@ and on 127.0.0.1 at a free port, so the database is reached both ways a job woul
 2. **The whole CLI**: ``python -m dpcausal owl --spec configs/owl.yaml --quiet --ledger L --out D``
    (a copy of the example spec whose budget allows every run), ``--cli-reps`` interleaved rounds,
    on 10-release ledgers. Interpreter start-up, imports and the fit dominate both.
+3. **The driver's import**, which only a database ledger pays: ``python -c "import dpcausal.cli"``
+   against ``python -c "import dpcausal.cli, psycopg"``, ``--cli-reps`` interleaved rounds.
 
 Reported: median, 10th-90th percentile and min-max of the per-release wall time, and the median
 difference to the file ledger. The machine is shared (2 cores): the load average is printed.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -107,6 +110,12 @@ def interleaved(locations: dict[str, str], reps: int,
     return times
 
 
+def child_cpu() -> float:
+    """CPU seconds (user + system) of every child process that has ended so far."""
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
 def report(title: str, times: dict[str, list[float]]) -> None:
     print(f"\n{title}  (load average {os.getloadavg()[0]:.1f})")
     print("| ledger | median | p10–p90 | min–max | median − file |")
@@ -129,7 +138,7 @@ def cli_spec(work: Path) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--history", type=int, nargs="+", default=[10, 1000])
+    parser.add_argument("--history", type=int, nargs="*", default=[10, 1000])
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--cli-reps", type=int, default=12)
     args = parser.parse_args()
@@ -150,15 +159,28 @@ def main() -> None:
             locations = stores_with_history(cluster, work, 10, "cli")
             env = {**os.environ, "CI": "true"}
 
+            cpu: dict[str, list[float]] = {s: [] for s in locations}
+
             def run_cli(store: str, loc: str) -> float:
-                start = time.perf_counter()
+                start, cpu0 = time.perf_counter(), child_cpu()
                 subprocess.run([sys.executable, "-m", "dpcausal", "owl", "--spec", str(spec),
                                 "--quiet", "--ledger", loc, "--out", str(work / f"out-{store}")],
                                check=True, env=env, cwd=REPO)
+                cpu[store].append(child_cpu() - cpu0)
                 return time.perf_counter() - start
 
-            report(f"whole CLI release (dpcausal owl on configs/owl.yaml's data), "
+            report(f"whole CLI release (dpcausal owl on configs/owl.yaml's data), wall time, "
                    f"{args.cli_reps} runs per store", interleaved(locations, args.cli_reps, run_cli))
+            report("the same runs, CPU time (user + system) of the dpcausal process", cpu)
+
+            def run_import(_: str, modules: str) -> float:
+                start = time.perf_counter()
+                subprocess.run([sys.executable, "-c", f"import {modules}"], check=True, cwd=REPO)
+                return time.perf_counter() - start
+
+            report(f"import only, {args.cli_reps} runs each (file: without the driver)",
+                   interleaved({"file": "dpcausal.cli", "pg (psycopg)": "dpcausal.cli, psycopg"},
+                               args.cli_reps, run_import))
     finally:
         cluster.remove()
         shutil.rmtree(work, ignore_errors=True)

@@ -107,8 +107,8 @@ def repair_cmd(
             stdout_console().print(f"{store.location}: no incomplete line; nothing to repair",
                                    markup=False)
         else:
-            stdout_console().print(f"{store.location}: moved the incomplete last line (never committed) "
-                                   f"to {saved}", markup=False)
+            stdout_console().print(f"{store.location}: moved the incomplete last line (never "
+                                   f"committed) to {saved}", markup=False)
 
     guarded(body)
 

@@ -6,13 +6,16 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from dpcausal.cli._run import guarded, stdout_console
 from dpcausal.cli.options import Command, Group
 from dpcausal.errors import SpecError
+
+if TYPE_CHECKING:
+    from dpcausal.accounting.ledger import Ledger
 
 app = typer.Typer(no_args_is_help=True, cls=Group,
                   help="Create a ledger, record datasets' caps (each a visible, keyed line), and "
@@ -40,7 +43,7 @@ def _cap(epsilon: float, delta: float) -> Any:
     return Budget(epsilon, delta)
 
 
-def _show(records: list[dict[str, Any]], as_json: bool, ledger: Any) -> None:
+def _show(records: list[dict[str, Any]], as_json: bool, ledger: Ledger) -> None:
     if as_json:
         sys.stdout.write(json.dumps(records, indent=2) + "\n")
         return
