@@ -30,7 +30,7 @@ def bin_dir() -> Path | None:
     """The directory of ``initdb``/``pg_ctl``, or None when PostgreSQL is not installed."""
     found = shutil.which("initdb")
     if found:
-        return Path(found).parent
+        return Path(found).resolve().parent  # a symlink on PATH: the real bin directory
     debian = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"),
                     key=lambda p: [int(x) for x in re.findall(r"\d+", p.parent.parent.name)])
     return debian[-1].parent if debian else None
