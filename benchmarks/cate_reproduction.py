@@ -1,9 +1,11 @@
 """Reproduce the DP-CATE paper's synthetic experiments (§5.1, App. G.1; Figs. 3–5 and 9).
 
     python benchmarks/cate_reproduction.py [--seeds 5] [--out benchmarks/_data/cate_reproduction.md]
+        [--seed-offset K] [--raw-out RAW.json]
 
 The paper reports figures only (no numbers, no ε grid). We report √PEHE on the 300 test queries
-(mean ± sd over seeds) for:
+(mean ± SE over seeds, median in brackets; ``--seed-offset K`` shifts every seed by K, ``--raw-out``
+writes each seed's value for ``benchmarks/reseed.py``) for:
   A. ε sweep (n_total = 3000: 2700 train → |D̃| = |D| = 1350; 300 test queries), Datasets 1 and 2,
      function mode (Thm 3, Alg. 1) and queries mode (Thm 1), R-learner, plus the DR-learner on
      Dataset 1 (function mode) and the non-private learner (same pipeline, ε = 1e20: no noise).
@@ -18,6 +20,7 @@ BLAS is limited to one thread so the run is not slowed by thread contention.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -50,16 +53,24 @@ def one(dataset: int, seed: int, n_total: int, eps: float, **over: object) -> fl
     return sqrt_pehe(tau_hat, des.theta(queries.to_numpy()))
 
 
-def cell(values: list[float]) -> str:
-    return f"{np.mean(values):.3f} ± {np.std(values):.3f}"
+RAW: dict[str, list[float]] = {}  # "config/column" -> one √PEHE per seed (reseed.py)
+
+
+def cell(values: list[float], label: str) -> str:
+    """mean ± SE (median) over seeds; keeps the values in RAW."""
+    RAW[label] = values
+    se = np.std(values, ddof=1) / np.sqrt(len(values)) if len(values) > 1 else float("nan")
+    return f"{np.mean(values):.3f} ± {se:.3f} ({np.median(values):.3f})"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/_data/cate_reproduction.md"))
+    ap.add_argument("--seed-offset", type=int, default=0, help="added to every seed")
+    ap.add_argument("--raw-out", type=Path, default=None, help="per-seed √PEHE (JSON)")
     args = ap.parse_args()
-    seeds = range(args.seeds)
+    seeds = range(args.seed_offset, args.seed_offset + args.seeds)
     lines: list[str] = []
     t0 = time.time()
     lines.append(f"### A. √PEHE vs ε (3000 rows: 2700 train, |D| = 1350; 300 queries; {args.seeds} seeds)\n")
@@ -71,7 +82,8 @@ def main() -> None:
     lines.append("| data | release | " + " | ".join(_label(e) for e in EPS_GRID) + " |")
     lines.append("|---" * (len(EPS_GRID) + 2) + "|")
     for name, ds, over, label in configs:
-        row = [cell([one(ds, s, 3000, e, **over) for s in seeds]) for e in EPS_GRID]
+        row = [cell([one(ds, s, 3000, e, **over) for s in seeds], f"A/{name} {label}/{_label(e)}")
+               for e in EPS_GRID]
         lines.append(f"| {name} | {label} | " + " | ".join(row) + " |")
         print(lines[-1], f"({time.time() - t0:.0f} s)", flush=True)
     lines.append(f"\n### B. √PEHE vs n (function mode, R-learner, {args.seeds} seeds)\n")
@@ -79,10 +91,13 @@ def main() -> None:
     lines.append("|---" * (len(N_GRID) + 2) + "|")
     for name, ds in (("DS1", 1), ("DS2", 2)):
         for eps in (1.0, 5.0):
-            row = [cell([one(ds, s, n, eps) for s in seeds]) for n in N_GRID]
+            row = [cell([one(ds, s, n, eps) for s in seeds], f"B/{name} ε = {eps:g}/n = {n}")
+                   for n in N_GRID]
             lines.append(f"| {name} | {eps:g} | " + " | ".join(row) + " |")
             print(lines[-1], f"({time.time() - t0:.0f} s)", flush=True)
-    lines.append(f"\nWall time: {time.time() - t0:.0f} s.")
+    lines.append(f"\nWall time: {time.time() - t0:.0f} s; seeds {seeds.start}–{seeds.stop - 1}.")
+    if args.raw_out is not None:
+        args.raw_out.write_text(json.dumps(RAW) + "\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -2,6 +2,11 @@
 
     python benchmarks/owl_reproduction.py                     # Table S1 grid, 1000 replicates/cell
     python benchmarks/owl_reproduction.py --replicates 200 --tune-cells "5:1000,1:500"
+    python benchmarks/owl_reproduction.py --seed-offset 100000 --tune-cells "" --raw-out raw.json
+
+``--seed-offset K`` adds K to the root seed (a disjoint seed set); ``--raw-out`` writes every
+replicate's accuracy (%) and values per cell (for ``benchmarks/reseed.py``); ``--out`` also writes
+the printed report to a file.
 
 Design (spec owl.md §5.1–5.3): x ~ U[0,1]^4, A = ±1 with P = 0.5, f(x) = 1 + x1 + x2 − 1.8x3 − 2.2x4,
 B ~ N(0.01 + 0.02x4 + 3A·f(x), 0.5²). Every replicate draws a fresh training set of size n and a
@@ -29,12 +34,14 @@ accuracy is within 5 points of the best γ on a grid, spec §3.4).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -163,6 +170,9 @@ def eps_label(e: float) -> str:
     return "∞" if math.isinf(e) else f"{e:g}"
 
 
+RAW: dict[str, list[float]] = {}  # "eps=…,n=…/quantity" -> per-replicate values (reseed.py)
+
+
 def reproduction(replicates: int, workers: int, seed: int) -> tuple[str, list[dict]]:
     """Run the Table S1 grid; return a markdown table and the per-cell rows."""
     root = np.random.SeedSequence(seed)
@@ -186,6 +196,8 @@ def reproduction(replicates: int, workers: int, seed: int) -> tuple[str, list[di
     rows = []
     for e, n in cells:
         res = np.vstack(per_cell[(e, n)])
+        for j, q in enumerate(("accuracy_pct", "value_paper_shift", "value_ours")):
+            RAW[f"eps={eps_label(e)},n={n}/{q}"] = (res[:, j] * (100 if j == 0 else 1)).tolist()
         acc, acc_ci = mean_ci(100 * res[:, 0])
         vp, vp_ci = mean_ci(res[:, 1])
         vo, _ = mean_ci(res[:, 2])
@@ -253,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replicates", type=int, default=1000, help="replicates per (ε, n) cell")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--seed", type=int, default=20261126)
+    p.add_argument("--seed-offset", type=int, default=0, help="added to --seed")
+    p.add_argument("--raw-out", type=Path, default=None, help="per-replicate values (JSON)")
+    p.add_argument("--out", type=Path, default=None, help="also write the report here")
     p.add_argument("--tune-cells", default="5:1000,1:500",
                    help="ε:n cells for the γ-tuning check ('' to skip)")
     p.add_argument("--tune-repeats", type=int, default=200, help="Algorithm 2 repeats r")
@@ -261,20 +276,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--curve-replicates", type=int, default=200,
                    help="replicates per γ for the accuracy curve (good window)")
     args = p.parse_args(argv)
+    args.seed += args.seed_offset
+    lines: list[str] = []
+
+    def say(*a: object) -> None:
+        """Print a report line and keep it for --out."""
+        text = " ".join(str(x) for x in a)
+        lines.append(text)
+        print(text, flush=True)
 
     t0 = time.perf_counter()
     table, rows = reproduction(args.replicates, args.workers, args.seed)
+    if args.raw_out is not None:
+        args.raw_out.write_text(json.dumps(RAW) + "\n")
     t_rep = time.perf_counter() - t0
-    print(f"## Table S1 reproduction: {args.replicates} replicates per cell "
+    say(f"## Table S1 reproduction: {args.replicates} replicates per cell "
           f"(paper: 200), test n = {TEST_SIZE}, workers = {args.workers}, "
           f"seed = {args.seed}, {t_rep:.0f} s\n")
-    print(table)
+    say(table)
     key = next(r for r in rows if r["epsilon"] == 5.0 and r["n"] == 1000)
     ok = abs(key["accuracy"] - key["paper_accuracy"]) <= 3.0
-    print(f"\nε = 5, n = 1000: {key['accuracy']:.2f} % vs paper {key['paper_accuracy']:.2f} % "
+    say(f"\nε = 5, n = 1000: {key['accuracy']:.2f} % vs paper {key['paper_accuracy']:.2f} % "
           f"-> {'within' if ok else 'OUTSIDE'} ±3 points")
     worst = max(rows, key=lambda r: abs(r["accuracy"] - r["paper_accuracy"]))
-    print(f"largest accuracy gap: ε = {eps_label(worst['epsilon'])}, n = {worst['n']}: "
+    say(f"largest accuracy gap: ε = {eps_label(worst['epsilon'])}, n = {worst['n']}: "
           f"{worst['accuracy'] - worst['paper_accuracy']:+.2f} points; largest value gap "
           f"(paper shift): {max(abs(r['value_paper_shift'] - r['paper_value']) for r in rows):.2f}")
     if args.tune_cells:
@@ -286,11 +311,13 @@ def main(argv: list[str] | None = None) -> int:
         t1 = time.perf_counter()
         tab = tuning(cells, grid, args.tune_repeats, args.tune_public_sets,
                      args.curve_replicates, args.workers, args.seed)
-        print(f"\n## γ tuning (Algorithm 2, owl tune): grid 5, 10, …, 200; r = {args.tune_repeats}; "
+        say(f"\n## γ tuning (Algorithm 2, owl tune): grid 5, 10, …, 200; r = {args.tune_repeats}; "
               f"m = 500; metric V (Eq. 23); accuracy curve from {args.curve_replicates} "
               f"replicates per γ; {time.perf_counter() - t1:.0f} s\n")
-        print(tab)
-    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+        say(tab)
+    say(f"\ntotal {time.perf_counter() - t0:.0f} s")
+    if args.out is not None:
+        args.out.write_text("\n".join(lines) + "\n")
     return 0 if ok else 1
 
 

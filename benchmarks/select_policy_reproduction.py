@@ -3,10 +3,25 @@ Tables 1, 2, 3 and 5 on the rare-region DGP with simulated ACIC-like covariates.
 
     python benchmarks/select_policy_reproduction.py --table all --reps 10   # minutes on 2 cores
     python benchmarks/select_policy_reproduction.py --table 5 --reps 100
+    python benchmarks/select_policy_reproduction.py --table 3 --reps 40 --covariates acic \
+        --acic-csv benchmarks/_data/acic2016_x.csv --clip 0 --seed-offset 100000
+
+``--seed-offset K`` adds K to every repetition's seed (a second, disjoint seed set for K ≥ 1000);
+``--raw-out FILE`` writes every per-repetition value (read by ``benchmarks/reseed.py``). Each
+reported column is the mean over repetitions; the JSON also holds its SE (sd/√reps) and median.
+Table 4 (App. G.3, theorem proxy vs sampled audit) is computed from the Table 2 and 3 repetitions:
+proxy Δ̂ = max{2B_ψ, n·ρ̂_pred} per repetition, proxy/floored its ratio to max{2B_ψ, 1.3·move}.
+
+Covariates (``--covariates``): ``simulated`` (default, below) or ``acic``: the real ACIC 2016
+table (``--acic-csv``: causallib 0.10.0 ships it; ``pip download causallib==0.10.0 --no-deps`` and
+``unzip -p causallib-0.10.0-py3-none-any.whl causallib/datasets/data/acic_challenge_2016/x.csv``),
+encoded by the same recipe. ``--clip C`` clips the encoded covariates to [−C, C] (default 3; 0 = no
+clip: the paper clips only in its certified experiment, App. G.4).
 
 Covariates: the paper's recipe (≥ 90%-numeric columns median-imputed and standardised, one-hot
 categoricals) applied to a simulated 4,802 × 58 ACIC-like table (dpcausal.methods.select_policy_sim;
-the real ACIC 2016 file is not shipped), first d = 20 encoded columns, clipped to [-3, 3]. That
+the real ACIC 2016 file is not shipped; see ``--covariates acic``), first d = 20 encoded columns,
+clipped to [-3, 3] unless ``--clip`` says otherwise. That
 table is the public "pool": q₀.₉₅ of h_R and the true policy values (Monte Carlo over the pool's
 known conditional means) are computed on it.
 
@@ -41,15 +56,41 @@ from sklearn.linear_model import LogisticRegression
 
 from dpcausal.mechanisms import ExponentialMechanism
 from dpcausal.methods import select_policy as sp
-from dpcausal.methods.select_policy_library import PolicyLibrary, build_library, paper160
+from dpcausal.methods.select_policy_library import (
+    PolicyLibrary,
+    build_library,
+    h_rare,
+    paper160,
+)
 from dpcausal.methods.select_policy_scores import dr_gammas, fit_nuisance
-from dpcausal.methods.select_policy_sim import RareRegionDGP, simulated_covariates
+from dpcausal.methods.select_policy_sim import (
+    RareRegionDGP,
+    acic_like_pool,
+    encode_pool,
+    simulated_covariates,
+)
 from dpcausal.spec.select_policy import SelectPolicySpec
 
 D, ZETA, FLOOR, EPS = 20, 0.1, 22.0, 1.0
 NAMES = [f"x{j + 1}" for j in range(D)]
 STABLE = {"max_depth": 3, "n_estimators": 100, "learning_rate": 0.06, "reg_lambda": 6.0}
 UNSTABLE = {"max_depth": 7, "n_estimators": 180, "learning_rate": 0.06, "reg_lambda": 1e-8}
+RAW: dict[str, list[float]] = {}  # "table/row/column" -> per-repetition values (for reseed.py)
+
+
+def summarise(rows: list[dict[str, float]], label: str) -> dict[str, float]:
+    """Mean of every column over repetitions, plus ``<col>_se`` and ``<col>_median``.
+
+    Also records the per-repetition values in RAW under "<label>/<col>".
+    """
+    out: dict[str, float] = {"reps": float(len(rows))}
+    for k in rows[0]:
+        v = np.array([rr[k] for rr in rows], dtype=float)
+        RAW[f"{label}/{k}"] = v.tolist()
+        out[k] = float(v.mean())
+        out[f"{k}_se"] = float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
+        out[f"{k}_median"] = float(np.median(v))
+    return out
 
 
 @dataclass
@@ -64,8 +105,18 @@ class World:
     common: np.ndarray
 
 
-def make_world(seed: int = 2016) -> World:
-    x, q95 = simulated_covariates(seed, D)
+def make_world(seed: int = 2016, acic_csv: Path | None = None, clip: float = 3.0) -> World:
+    """The public pool: simulated ACIC-like covariates, or the real ACIC 2016 table if given."""
+    if acic_csv is None:
+        x, q95 = simulated_covariates(seed, D)
+        if clip != 3.0:  # simulated_covariates clips to [-3, 3]; recompute from the raw pool
+            x = encode_pool(acic_like_pool(np.random.default_rng(seed))).to_numpy(
+                dtype=np.float64)[:, :D]
+    else:
+        x = encode_pool(pd.read_csv(acic_csv)).to_numpy(dtype=np.float64)[:, :D]
+    if clip > 0:
+        x = np.clip(x, -clip, clip)
+    q95 = float(np.quantile(h_rare(x), 0.95))
     dgp = RareRegionDGP(D, q95)
     lib = build_library({"policies": paper160(NAMES, 7, rare_threshold=q95)}, NAMES, where="p",
                         source={})
@@ -152,11 +203,11 @@ def rare_block(w: World, rng: np.random.Generator, n: int) -> tuple[np.ndarray, 
 
 
 # ----------------------------------------------------------------------------------- Table 1
-def table1(w: World, reps: int) -> list[dict[str, float]]:
+def table1(w: World, reps: int, offset: int = 0) -> list[dict[str, float]]:
     sizes = [300, 700, 1200, 2000, 3000]
     rec: dict[int, list[dict[str, float]]] = {n: [] for n in sizes}
     for r in range(reps):
-        rng = np.random.default_rng(100 + r)
+        rng = np.random.default_rng(100 + offset + r)
         xs, a, y_s, y_sp = targeted_pair(w, rng, 1500)
         logit = logit_fit(xs, a)  # A and X are identical in S and S′
         blocks = {n: rare_block(w, rng, n) for n in sizes}
@@ -191,25 +242,26 @@ def table1(w: World, reps: int) -> list[dict[str, float]]:
         half = max(1, len(rows) // 2)
         calib, held = rows[:half], rows[half:] or rows[:half]
         scale = max(FLOOR, 1.3 * max(rr["stable_move"] for rr in calib))
-        out.append({
-            "n": n, "nuis_L2": np.mean([rr["l2"] for rr in rows]),
-            "dr_prod": np.mean([rr["dr_prod"] for rr in rows]),
-            "unstable_move": np.mean([rr["unstable_move"] for rr in rows]),
-            "unstable_move_over_floor": np.mean([rr["unstable_move"] for rr in rows]) / FLOOR,
-            "naive_llr_over_eps": np.mean([rr["naive_llr"] for rr in rows]) / EPS,
-            "stable_move": np.mean([rr["stable_move"] for rr in rows]),
-            "stable_llr_over_eps": np.mean([llr(*rr["stable_u"], scale) for rr in held]) / EPS,  # type: ignore[misc]
-            "stable_cover": np.mean([rr["stable_move"] <= scale for rr in held]),
-        })
+        per_rep = [{"nuis_L2": rr["l2"], "dr_prod": rr["dr_prod"],
+                    "unstable_move": rr["unstable_move"],
+                    "unstable_move_over_floor": rr["unstable_move"] / FLOOR,
+                    "naive_llr_over_eps": rr["naive_llr"] / EPS,
+                    "naive_fails": float(rr["naive_llr"] > EPS),
+                    "stable_move": rr["stable_move"]} for rr in rows]
+        held_rep = [{"stable_llr_over_eps": llr(*rr["stable_u"], scale) / EPS,  # type: ignore[misc]
+                     "stable_cover": float(rr["stable_move"] <= scale)} for rr in held]
+        out.append({"n": n, **summarise(per_rep, f"table1/n={n}"),
+                    **summarise(held_rep, f"table1/n={n}"), "stable_scale": scale,
+                    "reps": len(rows)})
     return out
 
 
 # ----------------------------------------------------------------------------------- Table 2
-def table2(w: World, reps: int) -> list[dict[str, float]]:
+def table2(w: World, reps: int, offset: int = 0) -> list[dict[str, float]]:
     grid = [0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0]
     rec: dict[float, list[dict[str, float]]] = {lam: [] for lam in grid}
     for r in range(reps):
-        rng = np.random.default_rng(200 + r)
+        rng = np.random.default_rng(200 + offset + r)
         xs, a, y_s, y_sp = targeted_pair(w, rng, 1500)
         xb, ab, yb = rare_block(w, rng, 1500)  # fixed across λ
         for lam in grid:
@@ -224,18 +276,29 @@ def table2(w: World, reps: int) -> list[dict[str, float]]:
             rec[lam].append({"rho_pred": rho_pred(n_s, n_sp), "move": move, "floored": floored,
                              "floor_active": float(floored == FLOOR),
                              "regret": regret(w, u_d, floored)})
-    return [{"lambda": lam, **{k: float(np.mean([rr[k] for rr in rows])) for k in rows[0]},
-             "audit": 1.3 * float(np.mean([rr["move"] for rr in rows])),
-             "audit_over_floor": 1.3 * float(np.mean([rr["move"] for rr in rows])) / FLOOR}
-            for lam, rows in rec.items()]
+    out = []
+    for lam, rows in rec.items():
+        for rr in rows:
+            rr["audit"] = 1.3 * rr["move"]
+            rr["audit_over_floor"] = rr["audit"] / FLOOR
+            _proxy(rr, 1500)
+        out.append({"lambda": lam, **summarise(rows, f"table2/lambda={lam:g}")})
+    return out
+
+
+def _proxy(rr: dict[str, float], n: int) -> None:
+    """Table 4 columns of one repetition: proxy Δ̂ = max{2B_ψ, n·ρ̂_pred} and proxy/floored."""
+    rr["proxy"] = max(FLOOR, n * rr["rho_pred"])
+    rr["proxy_over_floored"] = rr["proxy"] / rr["floored"]
 
 
 # ----------------------------------------------------------------------------------- Table 3
-def table3(w: World, reps: int, total: int = 3600) -> list[dict[str, float]]:
+def table3(w: World, reps: int, offset: int = 0, total: int = 3600,
+           learner: dict[str, float] = STABLE) -> list[dict[str, float]]:
     fracs = [0.20, 0.25, 0.35, 0.50, 0.65, 0.75, 0.80]
     rec: dict[float, list[dict[str, float]]] = {f: [] for f in fracs}
     for r in range(reps):
-        rng = np.random.default_rng(300 + r)
+        rng = np.random.default_rng(300 + offset + r)
         x = w.x[rng.choice(len(w.x), total, replace=True)]
         a, y = w.dgp.sample(x, rng)
         x_new = w.x[rng.choice(len(w.x), 1)]
@@ -247,8 +310,8 @@ def table3(w: World, reps: int, total: int = 3600) -> list[dict[str, float]]:
             i = int(rng.integers(0, m))
             xs2, as2, ys2 = xs.copy(), as_.copy(), ys.copy()
             xs2[i], as2[i], ys2[i] = x_new[0], a_new[0], y_new[0]
-            n_s = tree_nuisance(STABLE, xs, as_, ys, logit_fit(xs, as_), xb)
-            n_sp = tree_nuisance(STABLE, xs2, as2, ys2, logit_fit(xs2, as2), xb)
+            n_s = tree_nuisance(learner, xs, as_, ys, logit_fit(xs, as_), xb)
+            n_sp = tree_nuisance(learner, xs2, as2, ys2, logit_fit(xs2, as2), xb)
             u_d, u_dp = utilities(w, xb, ab, yb, n_s), utilities(w, xb, ab, yb, n_sp)
             move = float(np.max(np.abs(u_d - u_dp)))
             floored = max(FLOOR, 1.3 * move)
@@ -257,12 +320,17 @@ def table3(w: World, reps: int, total: int = 3600) -> list[dict[str, float]]:
                            "floor_active": float(floored == FLOOR),
                            "inv_sqrt_n": 1 / np.sqrt(total - m),
                            "regret": regret(w, u_d, floored)})
-    return [{"fit_frac": f, **{k: float(np.mean([rr[k] for rr in rows])) for k in rows[0]}}
-            for f, rows in rec.items()]
+    out = []
+    for f, rows in rec.items():
+        for rr in rows:
+            rr["audit"] = 1.3 * rr["move"]
+            _proxy(rr, int(rr["n"]))
+        out.append({"fit_frac": f, **summarise(rows, f"table3/frac={f:g}")})
+    return out
 
 
 # ----------------------------------------------------------------------------------- Table 5
-def table5(w: World, reps: int) -> dict[str, float]:
+def table5(w: World, reps: int, offset: int = 0) -> dict[str, float]:
     spec = SelectPolicySpec.model_validate({
         "data": {"columns": {"outcome": "Y", "treatment": "A", "covariates": NAMES}},
         "bounds": {"outcome": [0.0, 1.0], "covariates": [-3.0, 3.0]},
@@ -278,7 +346,7 @@ def table5(w: World, reps: int) -> dict[str, float]:
     logistic = CertifiedLogistic(50.0, ZETA)
     rows = []
     for r in range(reps):
-        rng = np.random.default_rng(500 + r)
+        rng = np.random.default_rng(500 + offset + r)
         xs, a, y_s, y_sp = targeted_pair(w, rng, 1500)
         xb = w.x[rng.choice(len(w.x), 1500, replace=True)]
         ab, yb = w.dgp.sample(xb, rng)
@@ -294,7 +362,7 @@ def table5(w: World, reps: int) -> dict[str, float]:
                      move / setup.delta, "llr_over_eps": llr(us[0], us[1], setup.delta) / EPS,
                      "cover": float(move <= setup.delta), "regret": regret(w, us[0], setup.delta),
                      "nuis_rmse": nuis_diag(w, xb, preds[0])[0]})
-    out = {k: float(np.mean([rr[k] for rr in rows])) for k in rows[0]}
+    out = summarise(rows, "table5")
     out.update({"rho_star": setup.certificate.rho_star, "cert_delta": setup.delta,
                 "rho_star_over_emp": float(np.mean([setup.certificate.rho_star / rr["emp_rho"]
                                                     for rr in rows])),
@@ -303,8 +371,17 @@ def table5(w: World, reps: int) -> dict[str, float]:
     return out
 
 
-def fmt(v: Any) -> str:
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
+def fmt(row: dict[str, Any]) -> str:
+    """One result row: every mean column as "mean ± SE (median)"."""
+    parts = []
+    for k, v in row.items():
+        if k.endswith(("_se", "_median")) or k == "reps":
+            continue
+        if f"{k}_se" in row:
+            parts.append(f"{k}={v:.3g} ± {row[f'{k}_se']:.2g} ({row[f'{k}_median']:.3g})")
+        else:
+            parts.append(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}")
+    return ", ".join(parts)
 
 
 def main() -> None:
@@ -312,29 +389,45 @@ def main() -> None:
     ap.add_argument("--table", choices=["1", "2", "3", "5", "all"], default="all")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--reps-sweep", type=int, default=None, help="reps for Table 2 (default reps)")
+    ap.add_argument("--seed-offset", type=int, default=0,
+                    help="added to every repetition's seed (use ≥ 1000 for a disjoint set)")
+    ap.add_argument("--covariates", choices=["simulated", "acic"], default="simulated")
+    ap.add_argument("--acic-csv", type=Path, default=Path("benchmarks/_data/acic2016_x.csv"))
+    ap.add_argument("--clip", type=float, default=3.0, help="clip covariates to [-C, C]; 0 = none")
+    ap.add_argument("--t3-learner", choices=["stable", "unstable"], default="stable",
+                    help="boosted trees of Table 3 (the paper does not say which)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/select_policy_results.json"))
+    ap.add_argument("--raw-out", type=Path, default=None,
+                    help="write the per-repetition values here (for benchmarks/reseed.py)")
     args = ap.parse_args()
-    w = make_world()
+    w = make_world(acic_csv=args.acic_csv if args.covariates == "acic" else None, clip=args.clip)
+    run = f"{args.covariates}, clip {args.clip:g}, seed offset {args.seed_offset}" + (
+        ", Table 3 unstable" if args.t3_learner == "unstable" else "")
     results: dict[str, Any] = {}
     todo = ["1", "2", "3", "5"] if args.table == "all" else [args.table]
     for t in todo:
         t0 = time.perf_counter()
         if t == "1":
-            results["table1"] = table1(w, args.reps)
+            results["table1"] = table1(w, args.reps, args.seed_offset)
         elif t == "2":
-            results["table2"] = table2(w, args.reps_sweep or args.reps)
+            results["table2"] = table2(w, args.reps_sweep or args.reps, args.seed_offset)
         elif t == "3":
-            results["table3"] = table3(w, args.reps)
+            results["table3"] = table3(w, args.reps, args.seed_offset, learner=(
+                STABLE if args.t3_learner == "stable" else UNSTABLE))
         else:
-            results["table5"] = table5(w, args.reps)
-        print(f"# Table {t}: {time.perf_counter() - t0:.0f} s")
+            results["table5"] = table5(w, args.reps, args.seed_offset)
+        print(f"# Table {t} ({run}): {time.perf_counter() - t0:.0f} s", flush=True)
         res = results[f"table{t}"]
         for row in res if isinstance(res, list) else [res]:
-            print("  " + ", ".join(f"{k}={fmt(v)}" for k, v in row.items()))
+            print("  " + fmt(row), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     prev = json.loads(args.out.read_text()) if args.out.exists() else {}
-    prev.update(results)
+    if "table1" in prev:  # the former flat layout (one run, seed offset 0, simulated, clip 3)
+        prev = {}
+    prev.setdefault(run, {}).update(results)
     args.out.write_text(json.dumps(prev, indent=1, default=float) + "\n")
+    if args.raw_out is not None:
+        args.raw_out.write_text(json.dumps(RAW) + "\n")
 
 
 if __name__ == "__main__":
