@@ -125,11 +125,15 @@ def make_world(seed: int = 2016, acic_csv: Path | None = None, clip: float = 3.0
     return World(x, dgp, lib, values, np.flatnonzero(region), np.flatnonzero(~region))
 
 
+TREE_METHOD = {"value": "exact"}  # --tree-method: XGBoost's "exact" (default here) or "hist"
+
+
 def xgb_fit(params: dict[str, float], x: np.ndarray, y: np.ndarray) -> Any:
     import xgboost as xgb
 
     return xgb.XGBRegressor(objective="reg:squarederror", subsample=1.0, colsample_bytree=1.0,
-                            n_jobs=1, random_state=0, tree_method="exact", **params).fit(x, y)
+                            n_jobs=1, random_state=0, tree_method=TREE_METHOD["value"],
+                            **params).fit(x, y)
 
 
 def logit_fit(x: np.ndarray, a: np.ndarray, c: float = 1.0) -> LogisticRegression:
@@ -294,7 +298,7 @@ def _proxy(rr: dict[str, float], n: int) -> None:
 
 # ----------------------------------------------------------------------------------- Table 3
 def table3(w: World, reps: int, offset: int = 0, total: int = 3600,
-           learner: dict[str, float] = STABLE) -> list[dict[str, float]]:
+           learner: dict[str, float] = STABLE, logit_c: float = 1.0) -> list[dict[str, float]]:
     fracs = [0.20, 0.25, 0.35, 0.50, 0.65, 0.75, 0.80]
     rec: dict[float, list[dict[str, float]]] = {f: [] for f in fracs}
     for r in range(reps):
@@ -310,13 +314,15 @@ def table3(w: World, reps: int, offset: int = 0, total: int = 3600,
             i = int(rng.integers(0, m))
             xs2, as2, ys2 = xs.copy(), as_.copy(), ys.copy()
             xs2[i], as2[i], ys2[i] = x_new[0], a_new[0], y_new[0]
-            n_s = tree_nuisance(learner, xs, as_, ys, logit_fit(xs, as_), xb)
-            n_sp = tree_nuisance(learner, xs2, as2, ys2, logit_fit(xs2, as2), xb)
+            n_s = tree_nuisance(learner, xs, as_, ys, logit_fit(xs, as_, logit_c), xb)
+            n_sp = tree_nuisance(learner, xs2, as2, ys2, logit_fit(xs2, as2, logit_c), xb)
             u_d, u_dp = utilities(w, xb, ab, yb, n_s), utilities(w, xb, ab, yb, n_sp)
             move = float(np.max(np.abs(u_d - u_dp)))
             floored = max(FLOOR, 1.3 * move)
             rec[f].append({"m": m, "n": total - m, "nuis_rmse": nuis_diag(w, xb, n_s)[0],
                            "rho_pred": rho_pred(n_s, n_sp), "move": move, "floored": floored,
+                           "rho_mu_part": (1 + 1 / ZETA) * max(np.abs(n_s[0] - n_sp[0]).max(),
+                                                               np.abs(n_s[1] - n_sp[1]).max()),
                            "floor_active": float(floored == FLOOR),
                            "inv_sqrt_n": 1 / np.sqrt(total - m),
                            "regret": regret(w, u_d, floored)})
@@ -396,13 +402,20 @@ def main() -> None:
     ap.add_argument("--clip", type=float, default=3.0, help="clip covariates to [-C, C]; 0 = none")
     ap.add_argument("--t3-learner", choices=["stable", "unstable"], default="stable",
                     help="boosted trees of Table 3 (the paper does not say which)")
+    ap.add_argument("--tree-method", choices=["exact", "hist"], default="exact",
+                    help="XGBoost tree method (the paper does not say; XGBoost's default is hist)")
+    ap.add_argument("--t3-logit-c", type=float, default=1.0,
+                    help="C of Table 3's logistic propensity (scikit-learn; default 1)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/select_policy_results.json"))
     ap.add_argument("--raw-out", type=Path, default=None,
                     help="write the per-repetition values here (for benchmarks/reseed.py)")
     args = ap.parse_args()
+    TREE_METHOD["value"] = args.tree_method
     w = make_world(acic_csv=args.acic_csv if args.covariates == "acic" else None, clip=args.clip)
     run = f"{args.covariates}, clip {args.clip:g}, seed offset {args.seed_offset}" + (
-        ", Table 3 unstable" if args.t3_learner == "unstable" else "")
+        ", Table 3 unstable" if args.t3_learner == "unstable" else "") + (
+        f", Table 3 logistic C {args.t3_logit_c:g}" if args.t3_logit_c != 1.0 else "") + (
+        f", trees {args.tree_method}" if args.tree_method != "exact" else "")
     results: dict[str, Any] = {}
     todo = ["1", "2", "3", "5"] if args.table == "all" else [args.table]
     for t in todo:
@@ -413,7 +426,7 @@ def main() -> None:
             results["table2"] = table2(w, args.reps_sweep or args.reps, args.seed_offset)
         elif t == "3":
             results["table3"] = table3(w, args.reps, args.seed_offset, learner=(
-                STABLE if args.t3_learner == "stable" else UNSTABLE))
+                STABLE if args.t3_learner == "stable" else UNSTABLE), logit_c=args.t3_logit_c)
         else:
             results["table5"] = table5(w, args.reps, args.seed_offset)
         print(f"# Table {t} ({run}): {time.perf_counter() - t0:.0f} s", flush=True)
