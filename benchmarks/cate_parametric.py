@@ -41,7 +41,7 @@ from cate_dgp import design
 
 from dpcausal.learners.dp_logistic import PropensityModel
 from dpcausal.learners.dp_ridge import OutcomeModel
-from dpcausal.mechanisms import noise_generator
+from dpcausal.mechanisms import NoiseGuard
 from dpcausal.methods import cate
 from dpcausal.methods.cate_krr import pseudo_outcomes, residual_bound
 from dpcausal.methods.cate_setup import CateSetup, build_setup
@@ -107,7 +107,7 @@ class TanhNet:
 
 def nn_release(spec: CateSpec, setup: CateSetup, prop: PropensityModel, outm: OutcomeModel,
                x2: np.ndarray, a2: np.ndarray, y2: np.ndarray, sq: np.ndarray, net_seed: int,
-               noise_rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, float, float]:
+               noise: NoiseGuard) -> tuple[np.ndarray, np.ndarray, float, float]:
     """(released τ̂, non-private ĝ at the queries, γ, damping α) of the NN second stage."""
     pi = prop.predict(x2)
     rho, phi = pseudo_outcomes("r", a2, y2, pi, outm.predict(x2, 0), outm.predict(x2, 1))
@@ -140,7 +140,8 @@ def nn_release(spec: CateSpec, setup: CateSetup, prop: PropensityModel, outm: Ou
                            net.forward(theta, cand)[0], setup.y_bounds)
     gamma = SAFETY * float(np.max(norms * s_val))
     g_q = net.forward(theta, sq)[0]
-    tau = cate.queries_mechanism(spec, setup, len(sq), gamma).release(g_q, rng=noise_rng)
+    # as the CLI: the planned mechanism is per unit of γ; release g/γ and scale back (g + γ·c·N(0, I))
+    tau = gamma * noise.release(cate.queries_mechanism(spec, setup, len(sq), None), g_q / gamma)
     return tau, g_q, gamma, alpha
 
 
@@ -156,13 +157,15 @@ def one(dataset: int, seed: int, eps: float) -> dict[str, float]:
     kr = release(spec, train, queries, noise_seed=10_000 + seed)  # the CLI's KR queries release
     setup = build_setup(spec, len(train))
     data = cate.prepare(spec, setup, train)
-    noise_rng = noise_generator(10_000 + seed)
+    side = {"queries": queries}
+    noise = NoiseGuard(cate.plan(spec, len(train), side, rng=np.random.default_rng(0)),
+                       test_seed=10_000 + seed)  # the KR release's nuisance draws, replayed
     prop_l, out_l = cate.nuisance_learners(spec, setup)
-    prop = prop_l.fit(data.x1, data.a1, clip=setup.kappa, noise_rng=noise_rng)
-    outm = out_l.fit(data.x1, data.a1, data.y1, noise_rng=noise_rng)
+    prop = prop_l.fit(data.x1, data.a1, clip=setup.kappa, noise=noise)
+    outm = out_l.fit(data.x1, data.a1, data.y1, noise=noise)
     sq = setup.box.unit(queries.to_numpy())
     tau, g_q, gamma, alpha = nn_release(spec, setup, prop, outm, data.x2, data.a2, data.y2, sq,
-                                        net_seed=seed, noise_rng=noise_rng)
+                                        net_seed=seed, noise=noise)
     return {"nn": sqrt_pehe(tau, tau_true), "nn_nonprivate_fit": sqrt_pehe(g_q, tau_true),
             "kr": sqrt_pehe(kr, tau_true), "nn_gamma": gamma, "nn_damping": alpha,
             "nn_noise_sd": gamma * cate.queries_constant(spec, setup)}
