@@ -27,6 +27,7 @@ any part each time, so each release contributes its own maximum and releases com
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections import Counter
@@ -46,6 +47,11 @@ if TYPE_CHECKING:
 
 AccountantName = Literal["basic", "pld"]
 ACCOUNTANTS: tuple[AccountantName, ...] = ("basic", "pld")
+
+MAX_GRID_GAP = 10
+"""The parts' maximum is connected at every 10th multiple of the interval: connect-the-dots is
+pessimistic for any set of points, and between points 1e-3 apart the convex profile bends by far
+less than its discretisation error; a 10 times shorter grid keeps a split release's PLD fast."""
 
 GAUSSIAN_TAIL_SD = 10.0
 """dp-accounting drops Gaussian noise mass beyond e^-50 (≈ 10 sd): the loss range of a Gaussian
@@ -135,16 +141,20 @@ class _Pld:
         from dp_accounting.pld import pld_pmf
         from dp_accounting.pld import privacy_loss_distribution as pld
 
-        top = math.ceil(upper / self.interval) + 1
-        grid = np.arange(-top, top + 1)
+        top = MAX_GRID_GAP * (math.ceil(upper / (MAX_GRID_GAP * self.interval)) + 1)
+        grid = np.arange(-top, top + 1, MAX_GRID_GAP)
         deltas = np.max([np.asarray(p.get_delta_for_epsilon(grid * self.interval))
                          for p in parts], axis=0)
-        pmf = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(
-            self.interval, -top, top, np.clip(deltas, 0.0, 1.0))
+        pmf = pld_pmf.create_pmf_pessimistic_connect_dots(
+            self.interval, grid, np.minimum.accumulate(np.clip(deltas, 0.0, 1.0)))
         return pld.PrivacyLossDistribution(pmf)
 
     def run(self, run: RunCost) -> Any:
         """The PLD of one release: its plain events composed, each split at its parts' maximum."""
+        return _run_pld(self.interval, run.key())
+
+    def build(self, run: RunCost) -> Any:
+        """:meth:`run`, uncached."""
         plain: list[PrivacyCurve] = []
         splits: dict[str, dict[str, list[PrivacyCurve]]] = {}
         for ev in run.events:
@@ -161,6 +171,13 @@ class _Pld:
             upper = max(sum(_upper_loss(c) for c in cs) for cs in parts.values())
             out = out.compose(plds[0] if len(plds) == 1 else self.maximum(plds, upper))
         return out
+
+
+@functools.lru_cache(maxsize=16)
+def _run_pld(interval: float, key: str) -> Any:
+    """A release's PLD, cached by its key (a ledger's history repeats a few kinds of release)."""
+    certified, events = json.loads(key)
+    return _Pld(interval).build(RunCost(tuple(events), bool(certified)))
 
 
 @dataclass(frozen=True, slots=True)
