@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from dpcausal.accounting.budget import Budget, compose, compose_events
+from dpcausal.accounting.budget import Budget, by_partition, compose, compose_events
 from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.mechanisms.curve import PLD_INTERVAL, PrivacyCurve
 from dpcausal.mechanisms.registry import claim_curve, release_curve
@@ -155,16 +155,7 @@ class _Pld:
 
     def build(self, run: RunCost) -> Any:
         """:meth:`run`, uncached."""
-        plain: list[PrivacyCurve] = []
-        splits: dict[str, dict[str, list[PrivacyCurve]]] = {}
-        for ev in run.events:
-            curve = _curve(ev, run.certified)
-            part = ev.get("partition")
-            if part is None:
-                plain.append(curve)
-            else:
-                split, _, name = str(part).partition("/")
-                splits.setdefault(split, {}).setdefault(name, []).append(curve)
+        plain, splits = by_partition(run.events, lambda ev: _curve(ev, run.certified))
         out = self.compose_curves(plain)
         for parts in splits.values():
             plds = [self.compose_curves(cs) for cs in parts.values()]
