@@ -39,6 +39,7 @@ import numpy as np
 
 from dpcausal.accounting.budget import Budget, by_partition, compose, compose_events
 from dpcausal.accounting.events import PrivacyEvent
+from dpcausal.errors import SpecError
 from dpcausal.mechanisms.curve import PLD_INTERVAL, PrivacyCurve
 from dpcausal.mechanisms.registry import claim_curve, release_curve
 
@@ -106,12 +107,8 @@ def _curve(ev: Mapping[str, Any], certified: bool) -> PrivacyCurve:
     if not certified:
         return claim_curve(eps, delta)
     try:
-        event = PrivacyEvent(**{k: v for k, v in ev.items()})
-    except (TypeError, ValueError):  # not an event this version can read: its stated cost
-        return claim_curve(eps, delta)
-    try:
-        return release_curve(event)
-    except ValueError:  # an unknown kind: its stated cost
+        return release_curve(PrivacyEvent(**dict(ev)))
+    except (TypeError, ValueError, SpecError):  # not an event this version reads: its stated cost
         return claim_curve(eps, delta)
 
 

@@ -26,7 +26,7 @@ from dpcausal.accounting.ledger import Ledger
 from dpcausal.accounting.ledger_store import Snapshot
 from dpcausal.accounting.receipt import receipt_hash
 from dpcausal.accounting.replay import replay
-from dpcausal.errors import OutputError
+from dpcausal.errors import OutputError, SpecError
 from dpcausal.mechanisms.registry import check_event, claim_reason
 
 REL_TOL = 1e-9
@@ -78,7 +78,7 @@ def check_events(events: list[Mapping[str, Any]], where: str, report: VerifyRepo
     for ev in events:
         try:
             event = PrivacyEvent(**dict(ev))
-        except (TypeError, ValueError):  # recorded without its mechanism (e.g. by dpcausal 0.1)
+        except (TypeError, ValueError, SpecError):  # recorded without its mechanism (dpcausal 0.1)
             own_proof += 1
             continue
         if claim_reason(event) is not None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dpcausal.accounting.events import PrivacyEvent
+from dpcausal.errors import SpecError
 from dpcausal.mechanisms.curve import PrivacyCurve
 from dpcausal.mechanisms.exponential import ExponentialMechanism
 from dpcausal.mechanisms.gaussian import GaussianMechanism
@@ -143,7 +144,7 @@ def check_event(event: PrivacyEvent) -> EventCheck:
         eps = math.inf
     try:
         scale = float(rebuild(event).event().noise_scale)
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, SpecError) as exc:
         return EventCheck(eps, None, f"its mechanism cannot be rebuilt ({exc})")
     return EventCheck(eps, scale)
 
