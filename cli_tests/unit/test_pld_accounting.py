@@ -7,6 +7,7 @@ calibration: dp-accounting's REPLACE_ONE convention doubles the shift (a release
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from dpcausal.accounting.budget import Budget
 from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.accounting.ledger import Ledger
 from dpcausal.accounting.plan import PrivacyPlan
-from dpcausal.accounting.receipt import build_receipt
+from dpcausal.accounting.receipt import build_receipt, finalize
 from dpcausal.audit.verify import verify
 from dpcausal.errors import BudgetExceededError, LedgerIntegrityError, PrivacyError
 from dpcausal.mechanisms import (
@@ -228,6 +229,10 @@ def test_verify_flags_an_event_claiming_less_than_its_noise_gives(tmp_path: Path
                             noise_source="chacha20/os-entropy", dataset="d")
     Ledger(path).charge(receipt, dataset="d", spec_cap=Budget(10.0))
     report = verify(path, [])
+    assert any("claims ε=1" in p and "give ε=2" in p for p in report.problems), report.problems
+    alone = tmp_path / "receipt.json"  # a receipt checked without its ledger
+    alone.write_text(json.dumps(finalize({**receipt, "ledger": None}, None)))
+    report = verify(None, [alone])
     assert any("claims ε=1" in p and "give ε=2" in p for p in report.problems), report.problems
 
 

@@ -188,7 +188,8 @@ def _receipt_in_ledger(receipt: Mapping[str, Any], snap: Snapshot) -> str | None
 
 
 def verify_receipt(path: Path, report: VerifyReport, snap: Snapshot | None) -> None:
-    """Check a receipt's own hash, its line in the ledger, and its outputs' hashes."""
+    """Check a receipt's own hash, its line in the ledger (else its events' ε), and its outputs'
+    hashes."""
     try:
         receipt = json.loads(Path(path).read_text())
     except FileNotFoundError as exc:
@@ -204,6 +205,8 @@ def verify_receipt(path: Path, report: VerifyReport, snap: Snapshot | None) -> N
         problem = _receipt_in_ledger(receipt, snap)
         if problem:
             report.problems.append(f"{path}: {problem}")
+    else:  # not checked as a ledger line: its events' ε are recomputed here
+        check_events(list(receipt.get("events") or []), str(path), report)
     for out in receipt.get("outputs", []):
         target = Path(path).parent / out["path"]
         if not target.exists():
