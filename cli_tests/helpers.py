@@ -117,7 +117,7 @@ def charge(ledger: Any, eps: float, cap: float = 1.0, dataset: str = "d") -> dic
     plan = one_event_plan(eps)
     receipt = build_receipt(plan, spec_sha256="x", outputs={}, seeded_noise=False,
                             noise_source="chacha20/os-entropy", dataset=dataset)
-    return ledger.charge(receipt, dataset=dataset, spec_cap=Budget(cap), requested=plan.cost)
+    return ledger.charge(receipt, dataset=dataset, spec_cap=Budget(cap))
 
 
 def ledger_lines(path: Path) -> list[dict[str, Any]]:

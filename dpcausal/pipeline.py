@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from dpcausal.accounting.accountant import RunCost
 from dpcausal.accounting.budget import Budget
 from dpcausal.accounting.ledger import Ledger, LedgerState, now_iso
 from dpcausal.accounting.plan import PrivacyPlan
@@ -78,12 +79,11 @@ def render_release(release: Release, *, parquet: bool) -> dict[str, bytes]:
 
 @dataclass(frozen=True)
 class Charge:
-    """What the charge needs: the ledger (None: receipted, not capped), label, spec cap, cost."""
+    """What the charge needs: the ledger (None: receipted, not capped), label, spec cap."""
 
     ledger: Ledger | None
     dataset: str | None
     spec_cap: Budget | None
-    requested: Budget
 
 
 def charge_and_publish(out: ReleaseDir, files: dict[str, bytes], receipt: dict[str, Any],
@@ -103,7 +103,7 @@ def charge_and_publish(out: ReleaseDir, files: dict[str, bytes], receipt: dict[s
             assert charge.dataset is not None
             assert charge.spec_cap is not None
             final = charge.ledger.charge(receipt, dataset=charge.dataset,
-                                         spec_cap=charge.spec_cap, requested=charge.requested)
+                                         spec_cap=charge.spec_cap)
         else:
             final = finalize({**receipt, "ledger": None}, None)
     except BaseException:
@@ -180,7 +180,7 @@ def execute(
     cap = None
     if ledger is not None and spec.ledger is not None:
         cap = Budget(spec.ledger.budget.epsilon, spec.ledger.budget.delta)
-        state = ledger.state(spec.ledger.dataset, plan.cost, cap)
+        state = ledger.state(spec.ledger.dataset, RunCost.from_plan(plan), cap)
     result = RunResult(plan=plan, n_rows=info.n_rows, ledger_state=state, dry_run=dry_run)
     if state is not None:
         try:
@@ -228,10 +228,11 @@ def execute(
         created_at=started,
     )
     receipt, result.output_paths = charge_and_publish(out, files, receipt, Charge(
-        ledger, spec.ledger.dataset if spec.ledger else None, cap, plan.cost))
+        ledger, spec.ledger.dataset if spec.ledger else None, cap))
     if state is not None:  # as charged: the spend may have grown since the plan check
         charged = receipt["ledger"]
         result.ledger_state = replace(state, spent=Budget(**charged["spent_before"]),
+                                      after=Budget(**charged["spent_after"]),
                                       cap=Budget(**charged["cap"]), ledger_id=charged["ledger_id"])
     result.receipt = receipt
     result.summary = release.summary

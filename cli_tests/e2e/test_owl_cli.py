@@ -124,7 +124,8 @@ def test_budget_is_enforced_across_runs(workdir: Path) -> None:
     assert invoke(["owl", "--spec", spec_path, "--quiet"]).exit_code == 0
     res = invoke(["owl", "--spec", spec_path])
     assert res.exit_code == 3
-    assert "requested ε=5, δ=0 / spent ε=10, δ=0 / cap ε=12, δ=0" in res.stderr
+    assert ("requested ε=5, δ=0 / spent ε=10, δ=0 / after this run ε=15, δ=0 (basic composition) "
+            "/ cap ε=12, δ=0") in res.stderr
     assert len(releases(workdir / "out" / "ledger.jsonl")) == 2
     dry = invoke(["owl", "--spec", spec_path, "--dry-run"])
     assert dry.exit_code == 3

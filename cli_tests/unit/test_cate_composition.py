@@ -13,10 +13,15 @@ from dpcausal.accounting.ledger import Ledger
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.accounting.receipt import build_receipt
 from dpcausal.audit.verify import VerifyReport, verify_ledger
+from dpcausal.mechanisms import analytic_gaussian_sigma
 
 
 def _ev(eps: float, delta: float, part: str | None) -> PrivacyEvent:
-    return PrivacyEvent("gaussian", "s", eps, delta, 1.0, "l2", 1.0, partition=part)
+    """A calibrated event (audit verify recomputes each event's ε from its noise)."""
+    if delta == 0.0:
+        return PrivacyEvent("laplace", "s", eps, 0.0, 1.0, "l1", 1.0 / eps, partition=part)
+    return PrivacyEvent("gaussian", "s", eps, delta, 1.0, "l2",
+                        analytic_gaussian_sigma(eps, delta, 1.0), partition=part)
 
 
 def test_untagged_events_add_up_as_before() -> None:
@@ -45,7 +50,7 @@ def test_ledger_and_verify_use_the_same_rule(tmp_path: Path) -> None:
     for _ in range(2):
         rec = build_receipt(plan, spec_sha256="0" * 64, outputs={}, seeded_noise=False,
                             noise_source="chacha20/os-entropy", dataset="d")
-        ledger.charge(rec, dataset="d", spec_cap=cap, requested=plan.cost)
+        ledger.charge(rec, dataset="d", spec_cap=cap)
     assert ledger.state("d", Budget(0.0), cap).spent == Budget(2.0, 2e-6)
     first = releases(tmp_path / "l.jsonl")[0]
     assert first["epsilon"] == 1.0 and first["events"][0]["partition"] == "h/1"

@@ -97,7 +97,8 @@ def test_every_release_form_goes_through_the_guard() -> None:
 def test_objective_perturbation_event_is_the_noise_law_with_the_claim() -> None:
     noise = GaussianNoiseVector(0.3, 1e-6, 2.0, 5.0, 3, stage="o")
     ev = ObjectivePerturbation(noise, 1.0, 1e-6).event()
-    assert ev == dataclasses.replace(noise.event(), epsilon=1.0)
+    assert ev == dataclasses.replace(noise.event(), epsilon=1.0,
+                                     params={**noise.event().params, "perturbation": "objective"})
     assert ev.noise_scale == 5.0 and ev.params["dim"] == 3
 
 

@@ -9,9 +9,11 @@ rows (:func:`compose_events`): events tagged with parts of one split cost the ma
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # A spend is allowed when it exceeds the cap by at most this relative amount, so that e.g. three runs of
 # 0.1 fit a cap of 0.3 despite binary floating point. The slack is far below any meaningful ε.
@@ -53,6 +55,22 @@ def compose(budgets: Iterable[Budget]) -> Budget:
     )
 
 
+def by_partition(events: Iterable[Mapping[str, Any]], cost: Callable[[Mapping[str, Any]], T]
+                 ) -> tuple[list[T], dict[str, dict[str, list[T]]]]:
+    """``cost`` of each event, as (untagged events, split → part → the part's events)."""
+    plain: list[T] = []
+    splits: dict[str, dict[str, list[T]]] = {}
+    for ev in events:
+        c = cost(ev)
+        part = ev.get("partition")
+        if part is None:
+            plain.append(c)
+        else:
+            split, _, name = str(part).partition("/")
+            splits.setdefault(split, {}).setdefault(name, []).append(c)
+    return plain, splits
+
+
 def compose_events(events: Iterable[Mapping[str, Any]]) -> Budget:
     """Total cost of one run's events (receipt dicts with ``epsilon``, ``delta``, optional ``partition``).
 
@@ -63,16 +81,7 @@ def compose_events(events: Iterable[Mapping[str, Any]]) -> Budget:
     (parallel composition; McSherry 2009, Thm 4), taken coordinate-wise. Different splits add up.
     Without partition tags this equals :func:`compose` (backwards compatible).
     """
-    plain: list[Budget] = []
-    splits: dict[str, dict[str, list[Budget]]] = {}
-    for ev in events:
-        b = Budget(float(ev["epsilon"]), float(ev["delta"]))
-        part = ev.get("partition")
-        if part is None:
-            plain.append(b)
-        else:
-            split, _, name = str(part).partition("/")
-            splits.setdefault(split, {}).setdefault(name, []).append(b)
+    plain, splits = by_partition(events, lambda ev: Budget(float(ev["epsilon"]), float(ev["delta"])))
     for parts in splits.values():
         totals = [compose(bs) for bs in parts.values()]
         plain.append(Budget(max(t.epsilon for t in totals), max(t.delta for t in totals)))

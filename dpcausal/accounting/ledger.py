@@ -3,8 +3,8 @@
 Only this module decides what is appended to a ledger; a :class:`LedgerStore` keeps the records
 (keyed hash chain, head record, lock: :mod:`dpcausal.accounting.ledger_store`).
 
-Records, in order: one ``ledger-init`` (or ``ledger-adopt`` after legacy lines), then ``cap``
-records (the policy) and releases (receipts, which have no ``kind``).
+Records, in order: one ``ledger-init`` (or ``ledger-adopt`` after legacy lines), then ``cap`` and
+``accountant`` records (the policy) and releases (receipts, which have no ``kind``).
 
 - **Caps belong to the ledger.** A dataset's cap is the last ``cap`` record for its label. The first
   charge of a new label records the spec's ``ledger.budget`` as its cap (a ``cap`` record appended in
@@ -13,16 +13,20 @@ records (the policy) and releases (receipts, which have no ``kind``).
   it: raising takes ``dpcausal ledger set-cap --raise``, itself a visible record.
 - **Labels.** A label that differs from an existing one only by case, whitespace or Unicode
   normalization is refused: near-duplicates would split one dataset's budget in two.
+- **The accountant belongs to the ledger.** How a dataset's releases add up (``basic`` sums, or
+  ``pld`` privacy loss distributions: :mod:`dpcausal.accounting.accountant`) is recorded in the
+  init line (``dpcausal ledger init --accountant``); a later ``accountant`` line may only switch
+  to a rule that never reports more (``basic`` → ``pld``), and applies to the whole history.
+  Every total is recomputed from the events with the ledger's accountant, at the cap's δ.
 - **One critical section.** The cap check and the append happen under one lock, re-reading the
   ledger; concurrent runs can never overspend.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,9 +34,17 @@ from typing import Any
 
 from dpcausal import __version__
 from dpcausal.accounting import chain
-from dpcausal.accounting.budget import Budget, compose_events
+from dpcausal.accounting.accountant import Accountant, RunCost
+from dpcausal.accounting.budget import Budget
 from dpcausal.accounting.ledger_store import LedgerStore, Snapshot, open_store
-from dpcausal.errors import BudgetExceededError, LedgerIntegrityError, OutputError, SpecError
+from dpcausal.accounting.replay import Replay, budget_of, replay
+from dpcausal.errors import (
+    BudgetExceededError,
+    LedgerIntegrityError,
+    OutputError,
+    PrivacyError,
+    SpecError,
+)
 
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9._:/@+-]{1,200}$")
 """Dataset labels: the same rule as the spec's ``ledger.dataset``."""
@@ -62,81 +74,8 @@ def _fmt(b: Budget) -> str:
     return f"ε={b.epsilon:g}, δ={b.delta:g}"
 
 
-def _budget(d: Any) -> Budget:
-    return Budget(float(d["epsilon"]), float(d["delta"]))
-
-
 def _cap_min(a: Budget, b: Budget) -> Budget:
     return Budget(min(a.epsilon, b.epsilon), min(a.delta, b.delta))
-
-
-def release_problem(rec: Mapping[str, Any]) -> str | None:
-    """Why a release record could refund or hide budget, or None (events, dataset label)."""
-    events = rec.get("events")
-    if not isinstance(events, list):
-        return "no events list"
-    for ev in events:
-        try:
-            eps, delta = float(ev["epsilon"]), float(ev["delta"])
-        except (KeyError, TypeError, ValueError):
-            return "an event without numeric epsilon and delta"
-        if not (math.isfinite(eps) and eps >= 0 and 0 <= delta <= 1):
-            return "an event with a negative or non-finite epsilon or delta"
-    if not isinstance((rec.get("ledger") or {}).get("dataset"), str):
-        return "no ledger.dataset"
-    return None
-
-
-@dataclass
-class Replay:
-    """The policy and totals a ledger's records add up to."""
-
-    caps: dict[str, Budget] = field(default_factory=dict)
-    spent: dict[str, Budget] = field(default_factory=dict)
-    releases: dict[str, int] = field(default_factory=dict)
-    problems: list[tuple[int, str]] = field(default_factory=list)
-
-    @property
-    def labels(self) -> set[str]:
-        """Every dataset label the ledger knows."""
-        return set(self.caps) | set(self.spent)
-
-
-ReleaseHook = Callable[[int, Mapping[str, Any], str, Budget, Budget, Budget | None], None]
-
-
-def replay(records: Iterable[Mapping[str, Any]], on_release: ReleaseHook | None = None) -> Replay:
-    """Walk the records in order: caps from ``cap`` records, spend from releases.
-
-    ``on_release(line, record, dataset, before, after, ledger_cap)`` is called for each release
-    (``audit verify`` checks its recorded fields against the recomputed ones).
-    """
-    out = Replay()
-    for pos, rec in enumerate(records, start=1):
-        kind = rec.get("kind")
-        try:
-            if kind == "cap":
-                out.caps[str(rec["dataset"])] = _budget(rec["cap"])
-                continue
-            if kind in chain.INIT_KINDS:
-                continue
-            if kind is not None:  # a record this version does not know could change the totals
-                out.problems.append((pos, f"unknown record kind {kind!r} (written by a newer "
-                                          "dpcausal?); upgrade before spending"))
-                continue
-            problem = release_problem(rec)
-            if problem:
-                out.problems.append((pos, problem))
-                continue
-            ds = str(rec["ledger"]["dataset"])
-            before = out.spent.get(ds, Budget(0.0, 0.0))
-            out.spent[ds] = before + compose_events(rec["events"])
-            out.releases[ds] = out.releases.get(ds, 0) + 1
-            if on_release is not None:
-                on_release(pos, rec, ds, before, out.spent[ds], out.caps.get(ds))
-        except (KeyError, TypeError, ValueError) as exc:
-            out.problems.append((pos, f"malformed {kind or 'release'} record ({exc})"))
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,22 +83,21 @@ class LedgerState:
     """What a dataset has spent, its cap, and what a planned run would bring it to.
 
     ``cap`` is the cap the run is checked against: the ledger's, or the spec's when lower; on a
-    dataset's first charge (``ledger_cap`` None) the spec's, which the charge records. ``store``
-    says where the ledger is kept (its kind; a database's URL without credentials).
+    dataset's first charge (``ledger_cap`` None) the spec's, which the charge records. ``spent``
+    and ``after`` are composed by ``accountant`` at the cap's δ; ``requested`` is the run's own
+    cost (basic composition of its events, as its receipt states it). ``store`` says where the
+    ledger is kept (its kind; a database's URL without credentials).
     """
 
     dataset: str
     spent: Budget
     requested: Budget
+    after: Budget
     cap: Budget
     ledger_cap: Budget | None = None
     ledger_id: str | None = None
     store: dict[str, str] | None = None
-
-    @property
-    def after(self) -> Budget:
-        """The spend after the planned run."""
-        return self.spent + self.requested
+    accountant: Accountant = field(default_factory=Accountant)
 
     @property
     def cap_source(self) -> str:
@@ -173,7 +111,8 @@ class LedgerState:
         out: dict[str, Any] = {"dataset": self.dataset, "ledger_id": self.ledger_id,
                                "spent_before": self.spent.to_dict(),
                                "spent_after": self.after.to_dict(), "cap": self.cap.to_dict(),
-                               "cap_source": self.cap_source}
+                               "cap_source": self.cap_source,
+                               "accountant": self.accountant.to_dict()}
         if self.store is not None:
             out["store"] = self.store
         return out
@@ -222,18 +161,25 @@ class Ledger:
         """The store's verified snapshot (problems listed, not raised)."""
         return self.store.snapshot()
 
-    def _state(self, snap: Snapshot, policy: Replay, dataset: str, requested: Budget,
+    def _state(self, snap: Snapshot, policy: Replay, dataset: str, run: RunCost,
                spec_cap: Budget, ledger_id: str | None) -> LedgerState:
         check_label(dataset, policy.labels)
         ledger_cap = policy.caps.get(dataset)
         cap = spec_cap if ledger_cap is None else _cap_min(ledger_cap, spec_cap)
-        return LedgerState(dataset, policy.spent.get(dataset, Budget(0.0, 0.0)), requested, cap,
-                           ledger_cap, ledger_id or snap.ledger_id, self.store.describe())
+        total = policy.total(dataset)
+        spent = total.spent(cap.delta)
+        total.add(run)
+        return LedgerState(dataset, spent, run.basic, total.spent(cap.delta), cap, ledger_cap,
+                           ledger_id or snap.ledger_id, self.store.describe(), policy.accountant)
 
-    def state(self, dataset: str, requested: Budget, spec_cap: Budget) -> LedgerState:
-        """The dataset's spend and cap as a planned run would meet them (writes nothing)."""
+    def state(self, dataset: str, requested: RunCost | Budget, spec_cap: Budget) -> LedgerState:
+        """The dataset's spend and cap as a planned run would meet them (writes nothing).
+
+        ``requested`` is the planned run (:meth:`RunCost.from_plan`), or only its (ε, δ).
+        """
+        run = requested if isinstance(requested, RunCost) else RunCost.stated(requested)
         snap = self.store.snapshot()
-        return self._state(snap, self._trusted(snap), dataset, requested, spec_cap, None)
+        return self._state(snap, self._trusted(snap), dataset, run, spec_cap, None)
 
     @staticmethod
     def check(state: LedgerState) -> None:
@@ -244,16 +190,19 @@ class Ledger:
                      "first-charge": "from the spec's ledger.budget"}[state.cap_source]
             raise BudgetExceededError(
                 f"privacy budget of dataset '{state.dataset}' exceeded: requested "
-                f"{_fmt(state.requested)} / spent {_fmt(state.spent)} / cap {_fmt(state.cap)} "
-                f"({where}); lower privacy.epsilon (or delta). A spec cannot raise a cap the "
-                "ledger holds: if your policy allows more, 'dpcausal ledger set-cap --raise' "
+                f"{_fmt(state.requested)} / spent {_fmt(state.spent)} / after this run "
+                f"{_fmt(state.after)} ({state.accountant.name} composition) / cap "
+                f"{_fmt(state.cap)} ({where}); lower privacy.epsilon (or delta). A spec cannot "
+                "raise a cap the ledger holds: if your policy allows more, 'dpcausal ledger set-cap --raise' "
                 "records it")
 
     # -- writing --------------------------------------------------------------------------------
 
-    def charge(self, receipt: Mapping[str, Any], *, dataset: str, spec_cap: Budget,
-               requested: Budget) -> dict[str, Any]:
+    def charge(self, receipt: Mapping[str, Any], *, dataset: str,
+               spec_cap: Budget) -> dict[str, Any]:
         """Under the lock: re-check the cap, then append the receipt (and the first cap record).
+
+        The run's cost is read from the receipt's events (what ``audit verify`` recomputes).
 
         Returns the receipt as written (``ledger``, ``seq``, ``prev_hash``, ``hash``, ``mac``).
         Creates the ledger (and its key) when it does not exist yet, in an existing directory.
@@ -266,7 +215,8 @@ class Ledger:
             if not snap.keyed:
                 ledger_id = chain.new_ledger_id()
                 bodies.append(self._init_body(ledger_id, receipt.get("created_at")))
-            state = self._state(snap, policy, dataset, requested, spec_cap, ledger_id)
+            state = self._state(snap, policy, dataset, RunCost.from_record(receipt), spec_cap,
+                                ledger_id)
             self.check(state)
             if state.ledger_cap is None:
                 bodies.append(self._cap_body(dataset, spec_cap, None, "first-charge",
@@ -275,9 +225,11 @@ class Ledger:
             return txn.append(bodies)[-1]
 
     @staticmethod
-    def _init_body(ledger_id: str, created_at: str | None) -> dict[str, Any]:
+    def _init_body(ledger_id: str, created_at: str | None,
+                   accountant: Accountant | None = None) -> dict[str, Any]:
+        acc = accountant or Accountant()
         return {**_record_base("ledger-init", created_at), "format": chain.FORMAT,
-                "ledger_id": ledger_id, "composition": "basic"}
+                "ledger_id": ledger_id, "composition": acc.name, "accountant": acc.to_dict()}
 
     @staticmethod
     def _cap_body(dataset: str, cap: Budget, previous: Budget | None, reason: str,
@@ -289,8 +241,9 @@ class Ledger:
         return body
 
     def init(self, *, dataset: str | None = None, cap: Budget | None = None,
-             note: str | None = None) -> list[dict[str, Any]]:
-        """Create a new ledger (refused if one exists), optionally with a dataset's cap."""
+             note: str | None = None, accountant: Accountant | None = None) -> list[dict[str, Any]]:
+        """Create a new ledger (refused if one exists), optionally with a dataset's cap, with
+        ``accountant`` (default ``basic``)."""
         if dataset is not None:
             _check_label_syntax(dataset)
         with self.store.transaction(create=True) as txn:
@@ -300,7 +253,7 @@ class Ledger:
                 raise OutputError(f"{self.location}: a ledger already exists there; 'ledger init' "
                                   "only creates new ledgers (use 'ledger set-cap' to change a "
                                   "cap, 'ledger init --adopt' for a ledger of an earlier version)")
-            bodies = [self._init_body(chain.new_ledger_id(), None)]
+            bodies = [self._init_body(chain.new_ledger_id(), None, accountant)]
             if dataset is not None and cap is not None:
                 bodies.append(self._cap_body(dataset, cap, None, "init", None, note))
             return txn.append(bodies)
@@ -333,6 +286,35 @@ class Ledger:
             reason = "raise" if raised else ("set" if previous is None else "lower")
             return txn.append([self._cap_body(dataset, cap, previous, reason, None, note)])[0]
 
+    def set_accountant(self, accountant: Accountant, *,
+                       note: str | None = None) -> dict[str, Any]:
+        """Switch the ledger's accountant; only to one that never reports more (basic → pld).
+
+        The new accountant recomputes every dataset's whole history: a release already made is
+        re-accounted by a rule at least as tight, never a looser one.
+        """
+        with self.store.transaction() as txn:
+            snap = txn.snapshot
+            policy = self._trusted(snap)
+            if not snap.exists or not snap.keyed:
+                raise OutputError(f"{self.location}: no ledger there; create it with 'dpcausal "
+                                  f"ledger init --accountant {accountant.name}'")
+            current = policy.accountant
+            if accountant == current:
+                raise SpecError(f"{self.location}: the ledger already uses the "
+                                f"{current.name} accountant with these parameters")
+            if not current.tighter_or_equal(accountant):
+                raise PrivacyError(
+                    f"{self.location}: the ledger's accountant is {current.name}; switching to "
+                    f"{accountant.name} could report more than the totals its releases were "
+                    "checked against, so it is refused (only basic → pld is allowed; start a new "
+                    "ledger for another rule)")
+            body = {**_record_base("accountant", None), "accountant": accountant.to_dict(),
+                    "previous": current.to_dict()}
+            if note:
+                body["note"] = note
+            return txn.append([body])[0]
+
     def adopt(self) -> list[dict[str, Any]]:
         """Start the keyed chain of a legacy (unkeyed) ledger after verifying it.
 
@@ -351,7 +333,7 @@ class Ledger:
             first_caps: dict[str, Budget] = {}
 
             def first_cap(pos: int, rec: Mapping[str, Any], ds: str, *_: Any) -> None:
-                first_caps.setdefault(ds, _budget(rec["ledger"]["cap"]))
+                first_caps.setdefault(ds, budget_of(rec["ledger"]["cap"]))
 
             result = replay(snap.records, first_cap)
             if result.problems:
@@ -359,6 +341,7 @@ class Ledger:
                 raise LedgerIntegrityError(f"{self.location}: line {pos}: {problem}; not adopted")
             body = {**_record_base("ledger-adopt", None), "format": chain.FORMAT,
                     "ledger_id": chain.new_ledger_id(), "composition": "basic",
+                    "accountant": Accountant().to_dict(),
                     "adopted": {"lines": len(snap.records), "last_hash": snap.records[-1]["hash"]}}
             caps = [self._cap_body(ds, c, None, "adopt", None) for ds, c in first_caps.items()]
             return txn.append([body, *caps])

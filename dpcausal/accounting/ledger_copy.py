@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dpcausal.accounting.budget import Budget
-from dpcausal.accounting.ledger import replay
 from dpcausal.accounting.ledger_store import open_store
 from dpcausal.accounting.ledger_url import is_database_url, redact_url
+from dpcausal.accounting.replay import replay
 from dpcausal.errors import LedgerIntegrityError, OutputError, SpecError
 
 
@@ -83,5 +83,6 @@ def copy_ledger(source: str | Path, dest: str | Path, *,
             "it: remove it and copy again (the source is unchanged)")
     return CopyReport(source=src.location, dest=dst.location, records=len(copy.records),
                       ledger_id=str(copy.ledger_id), last_hash=str(copy.records[-1]["hash"]),
-                      key_location=dst.key_location(), spent=totals.spent,
+                      key_location=dst.key_location(),
+                      spent={ds: totals.spent(ds) for ds in sorted(totals.labels)},
                       notes=list(snap.notes))

@@ -10,19 +10,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special, stats
+from scipy import stats
 
 from dpcausal.accounting.events import PrivacyEvent
+from dpcausal.mechanisms.exponential import ExponentialMechanism
+from dpcausal.mechanisms.registry import privacy_loss
 
 FloatArray = npt.NDArray[np.float64]
-
-
-def gaussian_delta(mu: float, epsilon: float) -> float:
-    """δ(ε) of N(0,1) vs N(μ,1) (Balle & Wang 2018, Thm 8)."""
-    if mu == 0.0:
-        return 0.0
-    return float(special.ndtr(mu / 2 - epsilon / mu)
-                 - math.exp(epsilon + special.log_ndtr(-mu / 2 - epsilon / mu)))
 
 
 @dataclass(frozen=True)
@@ -35,18 +29,20 @@ class EventLoss:
     """The observed change of the mechanism's input, in the event's norm."""
     sensitivity: float
     epsilon_loss: float
-    """max over outputs of |log p_D(o) − log p_D′(o)| (pure mechanisms); for Gaussian, the ε at
-    which the pair's δ(ε) equals the claimed δ."""
+    """The smallest ε at which the pair is (ε, claimed δ)-DP: max over outputs of
+    |log p_D(o) − log p_D′(o)| for pure mechanisms (claimed δ = 0)."""
     delta_at_claim: float
-    """δ of this pair at the claimed ε (0 for pure mechanisms within their claim)."""
+    """δ of this pair at the claimed ε (0 for a pure mechanism within its claim)."""
 
 
 def event_loss(event: PrivacyEvent, a: FloatArray, b: FloatArray) -> EventLoss:
     """Exact loss of ``event``'s mechanism between inputs ``a`` (on D) and ``b`` (on D′).
 
-    ℓ2-Laplace: sup_o log-ratio = ‖a − b‖₂/scale (attained along the line through a and b).
-    Laplace: ‖a − b‖₁/b. Exponential (a, b are utility vectors): max_k |log p_k − log p′_k| of the
-    exact selection probabilities. Gaussian: the pair's privacy profile δ(ε).
+    The loss is the mechanism's own privacy map at the observed shift
+    (:func:`dpcausal.mechanisms.registry.privacy_loss`): ℓ2-Laplace ‖a − b‖₂/scale (attained along
+    the line through a and b), Laplace ‖a − b‖₁/b, Gaussian and Gaussian process the ε at which the
+    pair's privacy profile δ(ε) meets the claimed δ. Exponential (a, b are utility vectors): the
+    exact max_k |log p_k − log p′_k| of the selection probabilities.
 
     Inputs with a ``distance(other)`` method (elements of a function space, e.g. an RKHS function
     released by the Gaussian-process mechanism, whose noise is isotropic in that space): the loss is
@@ -73,35 +69,15 @@ def event_loss(event: PrivacyEvent, a: FloatArray, b: FloatArray) -> EventLoss:
         rows = [event_loss(event, a[i], b[i]) for i in range(a.shape[0])]
         return EventLoss(event.stage, event.kind, max(x.shift for x in rows), event.sensitivity,
                          max(x.epsilon_loss for x in rows), max(x.delta_at_claim for x in rows))
-    if event.kind == "l2_laplace":
-        shift = float(np.linalg.norm(a - b))
-        return EventLoss(event.stage, event.kind, shift, event.sensitivity, shift / event.noise_scale,
-                         0.0)
-    if event.kind == "laplace":
-        shift = float(np.sum(np.abs(a - b)))
-        return EventLoss(event.stage, event.kind, shift, event.sensitivity, shift / event.noise_scale,
-                         0.0)
     if event.kind == "exponential":
         shift = float(np.max(np.abs(a - b)))
-        la = a / event.noise_scale - special.logsumexp(a / event.noise_scale)
-        lb = b / event.noise_scale - special.logsumexp(b / event.noise_scale)
-        return EventLoss(event.stage, event.kind, shift, event.sensitivity,
-                         float(np.max(np.abs(la - lb))), 0.0)
-    if event.kind in ("gaussian", "gaussian_process"):
-        shift = float(np.linalg.norm(a - b))
-        mu = shift / event.noise_scale
-        delta_at = gaussian_delta(mu, event.epsilon)
-        eps_needed = 0.0
-        if gaussian_delta(mu, 0.0) > event.delta:
-            lo, hi = 0.0, max(1.0, event.epsilon)
-            while gaussian_delta(mu, hi) > event.delta:
-                hi *= 2
-            for _ in range(100):
-                mid = 0.5 * (lo + hi)
-                lo, hi = (mid, hi) if gaussian_delta(mu, mid) > event.delta else (lo, mid)
-            eps_needed = hi
-        return EventLoss(event.stage, event.kind, shift, event.sensitivity, eps_needed, delta_at)
-    raise ValueError(f"no exact loss for mechanism kind {event.kind!r}")
+        loss = ExponentialMechanism.selection_loss(event.noise_scale, a, b)
+        return EventLoss(event.stage, event.kind, shift, event.sensitivity, loss, 0.0)
+    diff = a - b
+    shift = float(np.sum(np.abs(diff)) if event.norm == "l1" else np.linalg.norm(diff))
+    curve = privacy_loss(event, shift)  # the mechanism's own privacy map (by event kind)
+    return EventLoss(event.stage, event.kind, shift, event.sensitivity,
+                     curve.epsilon(event.delta), curve.delta(event.epsilon))
 
 
 @dataclass(frozen=True)

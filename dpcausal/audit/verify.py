@@ -2,7 +2,10 @@
 
 The ledger is read by its store (keyed chain, head record: truncation, deletion, re-chaining and
 reordering are problems); the totals are recomputed from the events with the ledger's own policy
-replay (:func:`dpcausal.accounting.ledger.replay`), so the audit and the charge add up the same way.
+replay and accountant (:func:`dpcausal.accounting.replay.replay`), so the audit and the charge add
+up the same way. Each event's ε is recomputed from its kind, sensitivity and noise scale
+(:func:`dpcausal.mechanisms.registry.check_event`): an event claiming less than its noise gives is
+a problem.
 A receipt names the line it was charged at (``seq``, ``hash``, ``ledger.ledger_id``): a ledger that
 lost or rewrote that line, or is another ledger, is a problem even when the ledger alone verifies.
 """
@@ -18,12 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from dpcausal.accounting.budget import Budget, compose_events
-from dpcausal.accounting.ledger import Ledger, replay
+from dpcausal.accounting.events import PrivacyEvent
+from dpcausal.accounting.ledger import Ledger
 from dpcausal.accounting.ledger_store import Snapshot
 from dpcausal.accounting.receipt import receipt_hash
-from dpcausal.errors import OutputError
+from dpcausal.accounting.replay import replay
+from dpcausal.errors import OutputError, SpecError
+from dpcausal.mechanisms.registry import check_event, claim_reason
 
 REL_TOL = 1e-9
+PLD_REL_TOL = 1e-6
+"""Totals composed by privacy loss distributions are floating-point FFT results: recomputing them
+with another numpy may move the last digits. A millionth of ε is far below any meaningful spend."""
 
 
 @dataclass
@@ -33,6 +42,7 @@ class VerifyReport:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     totals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    accountant: dict[str, Any] = field(default_factory=dict)
     entries: int = 0
     receipts_checked: int = 0
 
@@ -44,16 +54,51 @@ class VerifyReport:
     def to_dict(self) -> dict[str, Any]:
         """JSON form for ``--json``."""
         return {"ok": self.ok, "problems": self.problems, "notes": self.notes,
-                "totals": self.totals, "ledger_entries": self.entries,
+                "totals": self.totals, "accountant": self.accountant,
+                "ledger_entries": self.entries,
                 "receipts_checked": self.receipts_checked}
 
 
-def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-15)
+def _close(a: float, b: float, tol: float = REL_TOL) -> bool:
+    return math.isclose(a, b, rel_tol=tol, abs_tol=1e-15)
 
 
-def _same(a: Budget, d: Mapping[str, Any]) -> bool:
-    return _close(a.epsilon, float(d["epsilon"])) and _close(a.delta, float(d["delta"]))
+def _same(a: Budget, d: Mapping[str, Any], tol: float = REL_TOL) -> bool:
+    return _close(a.epsilon, float(d["epsilon"]), tol) and _close(a.delta, float(d["delta"]), tol)
+
+
+def check_events(events: list[Mapping[str, Any]], where: str, report: VerifyReport) -> int:
+    """Recompute each event's ε from its noise; return how many rest on their own proof.
+
+    An event is a problem when its noise scale and sensitivity give, at its δ, a larger ε than it
+    claims (too little noise for the claim). Events marked as objective perturbation,
+    caller-calibrated or uncertified are not recomputed (their ε is not a function of the noise).
+    """
+    own_proof = 0
+    for ev in events:
+        try:
+            event = PrivacyEvent(**dict(ev))
+        except (TypeError, ValueError, SpecError):  # recorded without its mechanism (dpcausal 0.1)
+            own_proof += 1
+            continue
+        if claim_reason(event) is not None:
+            own_proof += 1
+            continue
+        try:
+            got = check_event(event)
+        except ValueError as exc:
+            report.problems.append(f"{where}: stage '{event.stage}': {exc}")
+            continue
+        if got.epsilon > event.epsilon * (1 + REL_TOL) + 1e-12:
+            report.problems.append(
+                f"{where}: stage '{event.stage}' ({event.kind}) claims ε={event.epsilon:g} at "
+                f"δ={event.delta:g}, but its noise scale {event.noise_scale:g} and sensitivity "
+                f"{event.sensitivity:g} give ε={got.epsilon:g}: the noise is too small for the "
+                "claim")
+        elif got.problem is not None:
+            report.notes.append(f"{where}: stage '{event.stage}': {got.problem}; composed by its "
+                                "stated (ε, δ)")
+    return own_proof
 
 
 def verify_ledger(location: str | Path, report: VerifyReport) -> Snapshot:
@@ -77,18 +122,22 @@ def verify_ledger(location: str | Path, report: VerifyReport) -> Snapshot:
             f"{path}: an unkeyed ledger of an earlier dpcausal: truncation and re-chaining cannot "
             f"be detected; adopt it with 'dpcausal ledger init --adopt --ledger {path}'")
     last_cap: dict[str, dict[str, Any]] = {}
+    own_proof = 0
 
     def check(pos: int, rec: Mapping[str, Any], ds: str, before: Budget, after: Budget,
               ledger_cap: Budget | None) -> None:
+        nonlocal own_proof
         where = f"{path}: line {pos}"
         led = rec["ledger"]
         if not _same(compose_events(rec["events"]), {"epsilon": rec["epsilon"],
                                                      "delta": rec["delta"]}):
             report.problems.append(f"{where}: epsilon/delta do not equal the sum of its events")
-        if not _same(before, led["spent_before"]):
+        own_proof += check_events(rec["events"], where, report)
+        tol = PLD_REL_TOL if (led.get("accountant") or {}).get("name") == "pld" else REL_TOL
+        if not _same(before, led["spent_before"], tol):
             report.problems.append(f"{where}: spent_before {led['spent_before']} does not match "
                                    f"the recomputed total {before.to_dict()} for dataset '{ds}'")
-        if not _same(after, led["spent_after"]):
+        if not _same(after, led["spent_after"], tol):
             report.problems.append(f"{where}: spent_after {led['spent_after']} does not match "
                                    f"{after.to_dict()}")
         cap = Budget(float(led["cap"]["epsilon"]), float(led["cap"]["delta"]))
@@ -105,8 +154,14 @@ def verify_ledger(location: str | Path, report: VerifyReport) -> Snapshot:
     result = replay(snap.records, check)
     report.problems.extend(f"{path}: line {pos}: {p}" for pos, p in result.problems)
     report.entries = sum(result.releases.values())
+    report.accountant = result.accountant.to_dict()
+    if own_proof:
+        report.notes.append(
+            f"{path}: {own_proof} event(s) are not recomputed from their noise (objective "
+            "perturbation, caller-calibrated, uncertified, or recorded without their mechanism); "
+            "they are composed by their stated (ε, δ)")
     for ds in sorted(result.labels):
-        spent = result.spent.get(ds, Budget(0.0, 0.0))
+        spent = result.spent(ds)
         cap = result.caps[ds].to_dict() if ds in result.caps else last_cap.get(ds)
         report.totals[ds] = {**spent.to_dict(), "cap": cap,
                              "entries": result.releases.get(ds, 0)}
@@ -133,7 +188,8 @@ def _receipt_in_ledger(receipt: Mapping[str, Any], snap: Snapshot) -> str | None
 
 
 def verify_receipt(path: Path, report: VerifyReport, snap: Snapshot | None) -> None:
-    """Check a receipt's own hash, its line in the ledger, and its outputs' hashes."""
+    """Check a receipt's own hash, its line in the ledger (else its events' ε), and its outputs'
+    hashes."""
     try:
         receipt = json.loads(Path(path).read_text())
     except FileNotFoundError as exc:
@@ -149,6 +205,8 @@ def verify_receipt(path: Path, report: VerifyReport, snap: Snapshot | None) -> N
         problem = _receipt_in_ledger(receipt, snap)
         if problem:
             report.problems.append(f"{path}: {problem}")
+    else:  # not checked as a ledger line: its events' ε are recomputed here
+        check_events(list(receipt.get("events") or []), str(path), report)
     for out in receipt.get("outputs", []):
         target = Path(path).parent / out["path"]
         if not target.exists():

@@ -140,7 +140,8 @@ def print_plan(result: RunResult, console: Console) -> None:
         console.print(
             f"ledger '{state.dataset}': spent ε={_fmt(state.spent.epsilon)} δ={_fmt(state.spent.delta)}"
             f" → after this run ε={_fmt(state.after.epsilon)} δ={_fmt(state.after.delta)}"
-            f" (cap ε={_fmt(state.cap.epsilon)} δ={_fmt(state.cap.delta)})",
+            f" (cap ε={_fmt(state.cap.epsilon)} δ={_fmt(state.cap.delta)};"
+            f" {state.accountant.name} composition)",
             markup=False,
         )
     else:

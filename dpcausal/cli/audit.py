@@ -66,7 +66,9 @@ def verify_cmd(
                 cap = tot["cap"]
                 of = f"cap ε={cap['epsilon']:g} δ={cap['delta']:g}" if cap else "no cap recorded"
                 console.print(f"dataset '{ds}': {tot['entries']} release(s), spent "
-                              f"ε={tot['epsilon']:g} δ={tot['delta']:g} of {of}", markup=False)
+                              f"ε={tot['epsilon']:g} δ={tot['delta']:g} of {of} "
+                              f"({report.accountant.get('name', 'basic')} composition)",
+                              markup=False)
             for note in report.notes:
                 console.print(f"note: {note}", markup=False)
             if report.ok:

@@ -1,4 +1,5 @@
-"""``dpcausal ledger``: create a ledger, adopt an old one, record a dataset's cap, copy a ledger."""
+"""``dpcausal ledger``: create a ledger, adopt an old one, record a dataset's cap or its accountant,
+copy a ledger."""
 
 from __future__ import annotations
 
@@ -31,6 +32,18 @@ EpsOpt = Annotated[float | None, typer.Option("--epsilon", metavar="EPS",
 NoteOpt = Annotated[str | None, typer.Option("--note", metavar="TEXT",
                                                     help="Why (recorded in the line).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the appended lines as JSON.")]
+AccountantOpt = Annotated[str, typer.Option(
+    "--accountant", metavar="NAME", help="How releases add up: basic (ε and δ sum) or pld (privacy loss "
+    "distributions, dp-accounting: much tighter for repeated Gaussian releases).")]
+
+
+def _accountant(name: str) -> Any:
+    from dpcausal.accounting.accountant import ACCOUNTANTS, Accountant
+
+    if name not in ACCOUNTANTS:
+        raise SpecError(f"--accountant must be one of {', '.join(ACCOUNTANTS)}. Got '{name}' "
+                        "instead.")
+    return Accountant(name)
 
 
 def _cap(epsilon: float, delta: float) -> Any:
@@ -50,7 +63,11 @@ def _show(records: list[dict[str, Any]], as_json: bool, ledger: Ledger) -> None:
     console = stdout_console()
     where = ledger.location
     for rec in records:
-        if rec["kind"] == "cap":
+        if rec["kind"] == "accountant":
+            console.print(f"{where}: line {rec['seq']}: accountant {rec['accountant']['name']} "
+                          f"(was {rec['previous']['name']}); every total is recomputed with it",
+                          markup=False)
+        elif rec["kind"] == "cap":
             cap, prev = rec["cap"], rec["previous_cap"]
             was = f" (was ε={prev['epsilon']:g} δ={prev['delta']:g})" if prev else ""
             console.print(f"{where}: line {rec['seq']}: dataset '{rec['dataset']}' cap "
@@ -58,9 +75,10 @@ def _show(records: list[dict[str, Any]], as_json: bool, ledger: Ledger) -> None:
                           markup=False)
         else:
             console.print(f"{where}: line {rec['seq']}: {rec['kind']} (ledger id "
-                          f"{rec['ledger_id']}); key in {ledger.store.key_location()} (keep it "
-                          "private and back it up; without it the ledger can be neither verified "
-                          "nor extended)", markup=False)
+                          f"{rec['ledger_id']}, {rec.get('composition', 'basic')} accountant); "
+                          f"key in {ledger.store.key_location()} (keep it private and back it up; "
+                          "without it the ledger can be neither verified nor extended)",
+                          markup=False)
 
 
 @app.command("init", cls=Command)
@@ -74,6 +92,7 @@ def init_cmd(
         "--adopt", help="Take over a ledger written by an earlier dpcausal (unkeyed): verify it, "
         "then start its keyed chain with the caps its datasets were first charged under.")] = False,
     note: NoteOpt = None,
+    accountant: AccountantOpt = "basic",
     as_json: JsonOpt = False,
 ) -> None:
     """Create a new ledger (and its key and head), optionally recording one dataset's cap.
@@ -88,18 +107,20 @@ def init_cmd(
         from dpcausal.accounting.ledger import Ledger
 
         if adopt:
-            if dataset is not None or epsilon is not None:
-                raise SpecError("--adopt takes the caps from the old ledger; set others afterwards "
-                                "with 'dpcausal ledger set-cap'")
+            if dataset is not None or epsilon is not None or accountant != "basic":
+                raise SpecError("--adopt takes the caps from the old ledger and starts it with the "
+                                "basic accountant; set others afterwards with 'dpcausal ledger "
+                                "set-cap' / 'set-accountant'")
             led = Ledger(ledger)
             _show(led.adopt(), as_json, led)
             return
         if (dataset is None) != (epsilon is None):
             raise SpecError("--dataset and --epsilon go together (the dataset's cap)")
         cap = _cap(epsilon, delta) if epsilon is not None else None
+        acc = _accountant(accountant)
         _make_parent(ledger)
         led = Ledger(ledger)
-        _show(led.init(dataset=dataset, cap=cap, note=note), as_json, led)
+        _show(led.init(dataset=dataset, cap=cap, note=note, accountant=acc), as_json, led)
 
     guarded(body, as_json=as_json)
 
@@ -194,3 +215,27 @@ def import_cmd(
     written there when the file does not exist (or it must be the source's key already).
     """
     guarded(lambda: _copy(source, ledger, as_json), as_json=as_json)
+
+
+@app.command("set-accountant", cls=Command)
+def set_accountant_cmd(
+    ledger: LedgerArg,
+    accountant: Annotated[str, typer.Option(
+        "--accountant", metavar="NAME", help="The new accountant: only basic → pld is allowed.")],
+    note: NoteOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Switch how the ledger adds up releases, to a rule that never reports more (basic → pld).
+
+    The new accountant recomputes every dataset's whole history (releases already made are
+    re-accounted by a rule at least as tight); the switch is a visible, keyed line.
+    """
+
+    def body() -> None:
+        from dpcausal.accounting.ledger import Ledger
+
+        led = Ledger(ledger)
+        rec = led.set_accountant(_accountant(accountant), note=note)
+        _show([rec], as_json, led)
+
+    guarded(body, as_json=as_json)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from scipy import special
 
 from dpcausal.accounting.events import PrivacyEvent, check_noise_scale
 from dpcausal.mechanisms._checks import check_epsilon, check_sensitivity
+from dpcausal.mechanisms.curve import PrivacyCurve, loss_ratio
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,27 @@ class ExponentialMechanism:
             noise_scale=self.temperature,
             params={"monotonic": self.monotonic},
         )
+
+    @staticmethod
+    def noise_curve(noise_scale: float, shift: float, params: Mapping[str, Any]) -> PrivacyCurve:
+        """The privacy map at Gumbel scale T when every utility moves by at most ``shift``: pure
+        ε = 2·shift/T (shift/T when ``params["monotonic"]``), the worst case of pure ε-DP."""
+        factor = 1.0 if params.get("monotonic") else 2.0
+        return PrivacyCurve("pure", factor * loss_ratio(shift, noise_scale))
+
+    def privacy_loss(self, shift: float) -> PrivacyCurve:
+        """The privacy curve of this selection when every utility moves by at most ``shift``."""
+        return self.noise_curve(self.temperature, shift, {"monotonic": self.monotonic})
+
+    @staticmethod
+    def selection_loss(noise_scale: float, a: npt.ArrayLike, b: npt.ArrayLike) -> float:
+        """The exact loss max_k |log p_k − log p′_k| between utility vectors ``a`` and ``b`` at
+        Gumbel scale T (for the audit: tighter than :meth:`noise_curve` for a given pair)."""
+        ua = np.asarray(a, dtype=np.float64) / noise_scale
+        ub = np.asarray(b, dtype=np.float64) / noise_scale
+        la = ua - special.logsumexp(ua)
+        lb = ub - special.logsumexp(ub)
+        return float(np.max(np.abs(la - lb)))
 
     def probabilities(self, utilities: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """Selection probabilities (for tests and audits only: never released)."""

@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import optimize, special
+from scipy import optimize
 
 from dpcausal.accounting.events import PrivacyEvent, check_noise_scale
 from dpcausal.mechanisms._checks import check_epsilon, check_sensitivity
+from dpcausal.mechanisms.curve import PrivacyCurve, gaussian_delta, loss_ratio
 
 
 def _analytic_delta(sigma: float, epsilon: float, l2_sensitivity: float) -> float:
     """δ achieved by N(0, σ²) noise at sensitivity Δ (Balle & Wang 2018, Theorem 8)."""
-    a = l2_sensitivity / (2.0 * sigma)
-    b = epsilon * sigma / l2_sensitivity
-    return float(special.ndtr(a - b) - math.exp(epsilon + special.log_ndtr(-a - b)))
+    return gaussian_delta(l2_sensitivity / sigma, epsilon)
 
 
 def analytic_gaussian_sigma(epsilon: float, delta: float, l2_sensitivity: float) -> float:
@@ -112,6 +112,15 @@ class GaussianMechanism:
             noise_scale=self.sigma,
             params={"calibration": self.calibration},
         )
+
+    @staticmethod
+    def noise_curve(noise_scale: float, shift: float, params: Mapping[str, Any]) -> PrivacyCurve:
+        """The privacy map of isotropic N(0, σ²) noise: the Gaussian pair at μ = shift/σ (ℓ2)."""
+        return PrivacyCurve("gaussian", loss_ratio(shift, noise_scale))
+
+    def privacy_loss(self, shift: float) -> PrivacyCurve:
+        """The privacy curve of this release when its input moves by ``shift`` (ℓ2)."""
+        return self.noise_curve(self.sigma, shift, {})
 
     def release(
         self, value: npt.ArrayLike, *, rng: np.random.Generator

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from dpcausal.accounting.events import PrivacyEvent, check_noise_scale
 from dpcausal.mechanisms._checks import check_epsilon, check_sensitivity
+from dpcausal.mechanisms.curve import PrivacyCurve, loss_ratio
 from dpcausal.mechanisms.gaussian import analytic_gaussian_sigma
 
 FloatArray = npt.NDArray[np.float64]
@@ -125,6 +127,17 @@ class GaussianProcessMechanism:
                 "covariance": "sigma^2 * k0",
             },
         )
+
+    @staticmethod
+    def noise_curve(noise_scale: float, shift: float, params: Mapping[str, Any]) -> PrivacyCurve:
+        """The privacy map of σ·U, U a GP path with covariance k0: the Gaussian pair at μ = shift/σ,
+        ``shift`` the RKHS distance of the two functions (every finite marginal is the Gaussian
+        mechanism with Mahalanobis distance ≤ shift/σ; class Notes)."""
+        return PrivacyCurve("gaussian", loss_ratio(shift, noise_scale))
+
+    def privacy_loss(self, shift: float) -> PrivacyCurve:
+        """The privacy curve of this release when its input moves by ``shift`` (ℓ2)."""
+        return self.noise_curve(self.sigma, shift, {})
 
     def release_weights(self, weights: npt.ArrayLike, *, rng: np.random.Generator) -> FloatArray:
         """Finite feature map variant: return w + σξ, ξ ~ N(0, I).

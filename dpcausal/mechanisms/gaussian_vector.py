@@ -8,6 +8,7 @@ variables) yields its own σ.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ import numpy.typing as npt
 
 from dpcausal.accounting.events import PrivacyEvent, check_noise_scale
 from dpcausal.mechanisms._checks import check_epsilon, check_sensitivity
+from dpcausal.mechanisms.curve import PrivacyCurve, loss_ratio
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,17 @@ class GaussianNoiseVector:
             noise_scale=self.sigma,
             params={"dim": int(self.dim), "calibration": "caller", **self.params},
         )
+
+    @staticmethod
+    def noise_curve(noise_scale: float, shift: float, params: Mapping[str, Any]) -> PrivacyCurve:
+        """The privacy map of the noise law alone: the Gaussian pair at μ = shift/σ (ℓ2). The
+        release's own claim may rest on more than this (the caller's proof): the accountant composes
+        events with ``calibration: caller`` by their stated (ε, δ)."""
+        return PrivacyCurve("gaussian", loss_ratio(shift, noise_scale))
+
+    def privacy_loss(self, shift: float) -> PrivacyCurve:
+        """The privacy curve of this release when its input moves by ``shift`` (ℓ2)."""
+        return self.noise_curve(self.sigma, shift, {})
 
     def release(
         self, value: npt.ArrayLike, *, rng: np.random.Generator

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from dpcausal.accounting.events import PrivacyEvent, check_noise_scale
 from dpcausal.mechanisms._checks import check_epsilon, check_sensitivity
+from dpcausal.mechanisms.curve import PrivacyCurve, loss_ratio
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,19 @@ class L2LaplaceMechanism:
             noise_scale=self.scale,
             params={"dim": int(self.dim), "expected_noise_norm": self.expected_norm},
         )
+
+    @staticmethod
+    def noise_curve(noise_scale: float, shift: float, params: Mapping[str, Any]) -> PrivacyCurve:
+        """The privacy map of ℓ2-Laplace noise of Gamma scale s: pure ε = shift/s (ℓ2 shift).
+
+        The density ratio is bounded by exp(shift/s) (class Notes); no exact curve tighter than
+        the worst case of pure ε-DP is known in d > 1 dimensions, so PLD accounting gains only
+        what composition of pure ε-DP gains (nothing at δ = 0)."""
+        return PrivacyCurve("pure", loss_ratio(shift, noise_scale))
+
+    def privacy_loss(self, shift: float) -> PrivacyCurve:
+        """The privacy curve of this release when its input moves by ``shift`` (ℓ2)."""
+        return self.noise_curve(self.scale, shift, {})
 
     def sample_noise(
         self, *, rng: np.random.Generator, count: int | None = None

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from dpcausal.accounting.events import PrivacyEvent, check_noise_scale
 from dpcausal.mechanisms._checks import check_epsilon, check_sensitivity
+from dpcausal.mechanisms.curve import PrivacyCurve, loss_ratio
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,16 @@ class LaplaceMechanism:
             norm="l1",
             noise_scale=self.scale,
         )
+
+    @staticmethod
+    def noise_curve(noise_scale: float, shift: float, params: Mapping[str, Any]) -> PrivacyCurve:
+        """The privacy map of Laplace noise of scale b: the Laplace pair at a = shift/b (ℓ1 shift;
+        one coordinate is the worst case of a vector shift of the same ℓ1 length)."""
+        return PrivacyCurve("laplace", loss_ratio(shift, noise_scale))
+
+    def privacy_loss(self, shift: float) -> PrivacyCurve:
+        """The privacy curve of this release when its input moves by ``shift`` (ℓ1)."""
+        return self.noise_curve(self.scale, shift, {})
 
     def release(
         self, value: npt.ArrayLike, *, rng: np.random.Generator

@@ -35,8 +35,12 @@ class ObjectivePerturbation:
     delta: float
 
     def event(self) -> PrivacyEvent:
-        """The planned cost: ``noise``'s event with the whole mechanism's (ε, δ)."""
-        return dataclasses.replace(self.noise.event(), epsilon=self.epsilon, delta=self.delta)
+        """The planned cost: ``noise``'s event with the whole mechanism's (ε, δ), marked
+        ``params["perturbation"] = "objective"`` (its ε does not follow from the noise alone: the
+        accountant composes it by its stated (ε, δ); :mod:`dpcausal.mechanisms.registry`)."""
+        base = self.noise.event()
+        return dataclasses.replace(base, epsilon=self.epsilon, delta=self.delta,
+                                   params={**base.params, "perturbation": "objective"})
 
     def sample(self, *, rng: np.random.Generator) -> npt.NDArray[np.float64]:
         """One draw of b."""
