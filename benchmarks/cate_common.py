@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dpcausal.commands.cate.estimate import run
+from dpcausal.commands.cate.plan import plan
+from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.mechanisms import NoiseGuard
-from dpcausal.methods import cate
-from dpcausal.spec.cate import CateSpec
 
 NONPRIVATE_EPS = 1e20
 """ε so large that every noise sd is below 1e-9·Δ: the non-private learner, to float precision."""
@@ -33,8 +34,8 @@ def release(spec: CateSpec, train: pd.DataFrame, queries: pd.DataFrame,
             noise_seed: int | None) -> np.ndarray:
     """Plan + run; returns the released τ̂ at the query rows."""
     side = {"queries": queries}
-    pl = cate.plan(spec, len(train), side, rng=np.random.default_rng(0))
-    rel = cate.run(spec, train, pl, side, rng=np.random.default_rng(0),
+    pl = plan(spec, len(train), side, rng=np.random.default_rng(0))
+    rel = run(spec, train, pl, side, rng=np.random.default_rng(0),
                    noise=NoiseGuard(pl, test_seed=noise_seed))
     return rel.tables["cate"]["cate"].to_numpy()
 

@@ -21,13 +21,16 @@ from econml.dr import DRLearner
 from sklearn.base import BaseEstimator
 from sklearn.kernel_ridge import KernelRidge
 
+from dpcausal.commands.cate.estimate import prepare, run
+from dpcausal.commands.cate.plan import plan
+from dpcausal.commands.cate.privacy import nuisance_learners
+
 sys.path.insert(0, str(Path(__file__).parent))
 from cate_common import make_spec
 from cate_dgp import design
 
+from dpcausal.commands.cate.setup import build_setup
 from dpcausal.mechanisms import NoiseGuard
-from dpcausal.methods import cate
-from dpcausal.methods.cate_setup import build_setup
 
 
 class FrozenClassifier(BaseEstimator):
@@ -70,12 +73,12 @@ def main() -> None:
                              huber_c=1e6)
             setup = build_setup(spec, len(train))
             side = {"queries": queries}
-            pl = cate.plan(spec, len(train), side, rng=np.random.default_rng(0))
-            ours = cate.run(spec, train, pl, side, rng=np.random.default_rng(0),
+            pl = plan(spec, len(train), side, rng=np.random.default_rng(0))
+            ours = run(spec, train, pl, side, rng=np.random.default_rng(0),
                             noise=NoiseGuard(pl, test_seed=1)).tables["cate"]["cate"].to_numpy()
             # the same DP nuisances (noise-free at this ε), refitted exactly as run() does
-            data = cate.prepare(spec, setup, train)
-            prop_l, out_l = cate.nuisance_learners(spec, setup)
+            data = prepare(spec, setup, train)
+            prop_l, out_l = nuisance_learners(spec, setup)
             noise = NoiseGuard(pl, test_seed=1)
             prop = prop_l.fit(data.x1, data.a1, clip=setup.kappa, noise=noise)
             outm = out_l.fit(data.x1, data.a1, data.y1, noise=noise)

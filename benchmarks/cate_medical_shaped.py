@@ -34,11 +34,12 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
+from dpcausal.commands.cate.privacy import queries_constant
+
 sys.path.insert(0, str(Path(__file__).parent))
 from cate_common import NONPRIVATE_EPS, make_spec, release, sqrt_pehe
 
-from dpcausal.methods import cate
-from dpcausal.methods.cate_setup import build_setup
+from dpcausal.commands.cate.setup import build_setup
 
 MIMIC = {  # name: (mean, sd, public lo, public hi)
     "heart_rate": (88, 18, 30, 180), "sodium": (139, 5, 115, 160),
@@ -101,7 +102,7 @@ def run(which: str, eps_grid: list[float], seed: int) -> list[str]:
         RAW[f"{which}/eps={eps:g}/sqrt_pehe"] = [pehe]
         label = "non-private" if eps >= NONPRIVATE_EPS else f"{eps:g}"
         lines.append(f"| {which}-shaped (simulated) | {n} × {len(names)} | {len(queries)} | {label} | "
-                     f"{pehe:.3g} | {cate.queries_constant(spec, setup):.3g} | "
+                     f"{pehe:.3g} | {queries_constant(spec, setup):.3g} | "
                      f"{time.time() - t0:.0f} s |")
         print(lines[-1], flush=True)
     return lines

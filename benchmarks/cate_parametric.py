@@ -8,7 +8,7 @@ two hidden layers of width 32, tanh) on its synthetic Datasets 1 and 2 (benchmar
 next to the kernel-ridge (KR) release of the CLI on the same rows, nuisances and queries:
 
 * nuisances: dpcausal's own DP logistic propensity and DP ridge outcome models on D̃ (ε/2, δ/2 each),
-  exactly as the CLI (``dpcausal.methods.cate.nuisance_learners``); R-learner pseudo-outcomes on D;
+  exactly as the CLI (``dpcausal.commands.cate.privacy.nuisance_learners``); R-learner pseudo-outcomes on D;
 * second stage: θ̂ = argmin (1/n)Σ ρ_i(φ_i − g(s_i; θ))² + λ_w‖θ‖² over the NN weights (λ_w = 1e-3,
   s = box-scaled covariates, L-BFGS from a public seeded initialisation);
 * Cor. 1: h(x_q; x_z) = 2·J_θ[g(x_q)]·H⁻¹·∇_θ g(x_z), H the Hessian of the objective at θ̂ (central
@@ -35,17 +35,20 @@ import numpy as np
 from scipy import optimize
 from scipy.stats import qmc
 
+from dpcausal.commands.cate.estimate import prepare
+from dpcausal.commands.cate.plan import plan
+from dpcausal.commands.cate.privacy import nuisance_learners, queries_constant, queries_mechanism
+
 sys.path.insert(0, str(Path(__file__).parent))
 from cate_common import NONPRIVATE_EPS, make_spec, release, sqrt_pehe
 from cate_dgp import design
 
+from dpcausal.commands.cate.krr import pseudo_outcomes, residual_bound
+from dpcausal.commands.cate.setup import CateSetup, build_setup
+from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.learners.dp_logistic import PropensityModel
 from dpcausal.learners.dp_ridge import OutcomeModel
 from dpcausal.mechanisms import NoiseGuard
-from dpcausal.methods import cate
-from dpcausal.methods.cate_krr import pseudo_outcomes, residual_bound
-from dpcausal.methods.cate_setup import CateSetup, build_setup
-from dpcausal.spec.cate import CateSpec
 
 DELTA, WIDTH, WEIGHT_DECAY, SAFETY = 1e-5, 32, 1e-3, 1.1
 EPS_GRID = (1.0, 10.0, 50.0, NONPRIVATE_EPS)
@@ -141,7 +144,7 @@ def nn_release(spec: CateSpec, setup: CateSetup, prop: PropensityModel, outm: Ou
     gamma = SAFETY * float(np.max(norms * s_val))
     g_q = net.forward(theta, sq)[0]
     # as the CLI: the planned mechanism is per unit of γ; release g/γ and scale back (g + γ·c·N(0, I))
-    tau = gamma * noise.release(cate.queries_mechanism(spec, setup, len(sq), None), g_q / gamma)
+    tau = gamma * noise.release(queries_mechanism(spec, setup, len(sq), None), g_q / gamma)
     return tau, g_q, gamma, alpha
 
 
@@ -156,11 +159,11 @@ def one(dataset: int, seed: int, eps: float) -> dict[str, float]:
     tau_true = des.theta(queries.to_numpy())
     kr = release(spec, train, queries, noise_seed=10_000 + seed)  # the CLI's KR queries release
     setup = build_setup(spec, len(train))
-    data = cate.prepare(spec, setup, train)
+    data = prepare(spec, setup, train)
     side = {"queries": queries}
-    noise = NoiseGuard(cate.plan(spec, len(train), side, rng=np.random.default_rng(0)),
+    noise = NoiseGuard(plan(spec, len(train), side, rng=np.random.default_rng(0)),
                        test_seed=10_000 + seed)  # the KR release's nuisance draws, replayed
-    prop_l, out_l = cate.nuisance_learners(spec, setup)
+    prop_l, out_l = nuisance_learners(spec, setup)
     prop = prop_l.fit(data.x1, data.a1, clip=setup.kappa, noise=noise)
     outm = out_l.fit(data.x1, data.a1, data.y1, noise=noise)
     sq = setup.box.unit(queries.to_numpy())
@@ -168,7 +171,7 @@ def one(dataset: int, seed: int, eps: float) -> dict[str, float]:
                                         net_seed=seed, noise=noise)
     return {"nn": sqrt_pehe(tau, tau_true), "nn_nonprivate_fit": sqrt_pehe(g_q, tau_true),
             "kr": sqrt_pehe(kr, tau_true), "nn_gamma": gamma, "nn_damping": alpha,
-            "nn_noise_sd": gamma * cate.queries_constant(spec, setup)}
+            "nn_noise_sd": gamma * queries_constant(spec, setup)}
 
 
 def main() -> None:

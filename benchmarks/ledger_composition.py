@@ -33,7 +33,7 @@ COMPARE_DELTA = 1e-6
 
 def plan_of(config: str, module: str) -> tuple[Any, Budget]:
     """The privacy plan of ``configs/<config>.yaml`` and its ledger cap."""
-    method = importlib.import_module(f"dpcausal.methods.{module}").METHOD
+    method = importlib.import_module(f"dpcausal.commands.{module}.method").METHOD
     spec, _ = load_spec(ROOT / "configs" / f"{config}.yaml", method.spec_model)
     info = tables.inspect_table(spec.data.path)
     plan = method.plan(spec, info.n_rows, load_side_inputs(method, spec), rng=make_rng(0))

@@ -23,10 +23,10 @@ Metrics on the test set:
 - value_paper: Eq. 23 on the test B with the paper's own data-dependent shift
   (B + |min B| + 0.001, applied to the *test* set for comparability with Table S1 only);
 - value_ours: Eq. 23 on our public-bounds outcome B′ = clip(B, −7.6, 7.4) + 7.601
-  (``dpcausal.methods.owl.value_hajek``).
+  (``dpcausal.commands.owl.setup.value_hajek``).
 Reported: mean and a 95% CI of the mean (±1.96 SE) over the replicates, next to Table S1.
 
-Optionally (``--tune-cells``) γ is tuned by Algorithm 2 (``dpcausal.methods.owl.tune_gamma``) on
+Optionally (``--tune-cells``) γ is tuned by Algorithm 2 (``dpcausal.commands.owl.setup.tune_gamma``) on
 independent public files of n₀ = 1,000 rows, and compared with the "good window" (the γ whose mean
 accuracy is within 5 points of the best γ on a grid, spec §3.4).
 """
@@ -46,16 +46,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dpcausal.methods.owl import (
-    build_setup,
-    fit_nonprivate,
-    mechanism,
-    prepare,
-    recommend,
-    tune_gamma,
-    value_hajek,
-)
-from dpcausal.spec.owl import OwlSpec
+from dpcausal.commands.owl.estimate import fit_nonprivate
+from dpcausal.commands.owl.privacy import mechanism
+from dpcausal.commands.owl.rule import recommend
+from dpcausal.commands.owl.setup import build_setup, prepare
+from dpcausal.commands.owl.spec import OwlSpec
+from dpcausal.commands.owl.tune import tune_gamma, value_hajek
 
 COVARIATES = ["x1", "x2", "x3", "x4"]
 OUTCOME_BOUNDS = (-7.6, 7.4)

@@ -94,20 +94,22 @@ t0 = time.perf_counter()
 import numpy as np
 from dpcausal.io.tables import read_table
 from dpcausal.mechanisms._rng import noise_generator
-from dpcausal.methods import owl
+from dpcausal.commands.owl.estimate import fit_nonprivate
+from dpcausal.commands.owl.privacy import mechanism
+from dpcausal.commands.owl.setup import build_setup, data_columns, prepare
+from dpcausal.commands.owl.spec import OwlSpec
 from dpcausal.spec.load import load_spec
-from dpcausal.spec.owl import OwlSpec
 t_import = time.perf_counter() - t0
 spec, _ = load_spec(sys.argv[1], OwlSpec)
-setup = owl.build_setup(spec)
+setup = build_setup(spec)
 t0 = time.perf_counter()
-frame = read_table(spec.data.path, owl.data_columns(spec))
-data = owl.prepare(spec, setup, frame, spec.data.path)
+frame = read_table(spec.data.path, data_columns(spec))
+data = prepare(spec, setup, frame, spec.data.path)
 t_read = time.perf_counter() - t0
 t0 = time.perf_counter()
 gamma = float(spec.owl.gamma)
-theta = owl.mechanism(setup, gamma, spec.privacy.epsilon).release(
-    owl.fit_nonprivate(setup, data, gamma), rng=noise_generator(None))
+theta = mechanism(setup, gamma, spec.privacy.epsilon).release(
+    fit_nonprivate(setup, data, gamma), rng=noise_generator(None))
 t_fit = time.perf_counter() - t0
 print(json.dumps({"import_s": t_import, "read_s": t_read, "fit_s": t_fit, "iterations": 0}))
 """

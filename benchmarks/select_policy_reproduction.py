@@ -19,7 +19,7 @@ encoded by the same recipe. ``--clip C`` clips the encoded covariates to [−C, 
 clip: the paper clips only in its certified experiment, App. G.4).
 
 Covariates: the paper's recipe (≥ 90%-numeric columns median-imputed and standardised, one-hot
-categoricals) applied to a simulated 4,802 × 58 ACIC-like table (dpcausal.methods.select_policy_sim;
+categoricals) applied to a simulated 4,802 × 58 ACIC-like table (select_policy_sim;
 the real ACIC 2016 file is not shipped; see ``--covariates acic``), first d = 20 encoded columns,
 clipped to [-3, 3] unless ``--clip`` says otherwise. That
 table is the public "pool": q₀.₉₅ of h_R and the true policy values (Monte Carlo over the pool's
@@ -53,6 +53,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dpcausal.commands.select_policy.estimate import compute_utilities
+from dpcausal.commands.select_policy.setup import build_setup
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from select_policy_world import (
     EPS,
@@ -75,9 +78,8 @@ from select_policy_world import (
     utilities,
 )
 
-from dpcausal.methods import select_policy as sp
-from dpcausal.methods.select_policy_scores import fit_nuisance
-from dpcausal.spec.select_policy import SelectPolicySpec
+from dpcausal.commands.select_policy.scores import fit_nuisance
+from dpcausal.commands.select_policy.spec import SelectPolicySpec
 
 RAW: dict[str, list[float]] = {}  # "table/row/column" -> per-repetition values (for reseed.py)
 
@@ -236,7 +238,7 @@ def table5(w: World, reps: int, offset: int = 0) -> dict[str, float]:
                           "split": {"kind": "index"},  # the first 1500 rows are the nuisance block
                           "zeta": ZETA, "library": {"generator": "paper160", "seed": 7,
                                                     "rare_threshold": w.dgp.q95}}})
-    setup = sp.build_setup(spec, 3000, {})
+    setup = build_setup(spec, 3000, {})
     assert setup.certificate is not None
     from dpcausal.learners import CertifiedLogistic, CertifiedRidge
 
@@ -252,7 +254,7 @@ def table5(w: World, reps: int, offset: int = 0) -> dict[str, float]:
         for ys in (y_s, y_sp):
             frame = pd.DataFrame(np.vstack([xs, xb]), columns=NAMES)
             frame["A"], frame["Y"] = np.concatenate([a, ab]), np.concatenate([ys, yb])
-            us.append(sp.compute_utilities(spec, setup, frame, {}))
+            us.append(compute_utilities(spec, setup, frame, {}))
             nuis = fit_nuisance(setup.fmap, ridge, logistic, xs, a == 1, ys)  # type: ignore[arg-type]
             preds.append(nuis.predict(xb))
         move = float(np.max(np.abs(us[0] - us[1])))

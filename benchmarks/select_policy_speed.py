@@ -25,8 +25,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from dpcausal.methods.select_policy_library import build_library, paper160
-from dpcausal.methods.select_policy_sim import RareRegionDGP
+from dpcausal.commands.select_policy.library import build_library, paper160
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sample_data"))
+from select_policy_sim import RareRegionDGP  # the simulator of sample_data/
 
 D = 20
 NAMES = [f"x{j + 1}" for j in range(D)]
@@ -35,7 +37,7 @@ NAMES = [f"x{j + 1}" for j in range(D)]
 def make_data(rows: int, workdir: Path) -> tuple[Path, Path, float]:
     rng = np.random.default_rng(2026)
     x = np.clip(rng.standard_normal((rows, D)), -3, 3)
-    from dpcausal.methods.select_policy_library import h_rare
+    from dpcausal.commands.select_policy.library import h_rare
 
     q95 = float(np.quantile(h_rare(x[:200_000]), 0.95))
     a, y = RareRegionDGP(D, q95).sample(x, rng)
@@ -116,7 +118,7 @@ def _decide(lib, k, sc: pd.DataFrame) -> np.ndarray:  # type: ignore[no-untyped-
     if p["type"] == "linear":
         s = sum(sc[c] * w for c, w in p["weights"].items()) + p["intercept"]
         return (s < 0) if p["complement"] else (s >= 0)
-    from dpcausal.methods.select_policy_library import h_rare
+    from dpcausal.commands.select_policy.library import h_rare
 
     return (h_rare(sc[p["covariates"]].to_numpy()) >= p["threshold"]) ^ p["complement"]
 

@@ -4,6 +4,7 @@ and logistic nuisances, DR utilities, the EM audit quantities and the adjacent-p
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,10 +13,12 @@ import numpy as np
 import pandas as pd
 from sklearn.linear_model import LogisticRegression
 
+from dpcausal.commands.select_policy.library import PolicyLibrary, build_library, h_rare, paper160
+from dpcausal.commands.select_policy.scores import dr_gammas
 from dpcausal.mechanisms import ExponentialMechanism
-from dpcausal.methods.select_policy_library import PolicyLibrary, build_library, h_rare, paper160
-from dpcausal.methods.select_policy_scores import dr_gammas
-from dpcausal.methods.select_policy_sim import (
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sample_data"))
+from select_policy_sim import (  # the simulator of sample_data/
     RareRegionDGP,
     acic_like_pool,
     encode_pool,

@@ -41,10 +41,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from dpcausal.commands.synth_control import dpsc as core
+from dpcausal.commands.synth_control import plan as sc_plan
+from dpcausal.commands.synth_control.estimate import counterfactual_path
+from dpcausal.commands.synth_control.spec import SynthControlSpec
 from dpcausal.mechanisms import NoiseGuard
-from dpcausal.methods import synth_control as sc
-from dpcausal.methods import synth_control_core as core
-from dpcausal.spec.synth_control import SynthControlSpec
 
 H = 3
 GRID = [(10, 10), (10, 100), (100, 10), (100, 100)]
@@ -157,7 +158,7 @@ def plan_for(panel: Panel, eps: float, sensitivity: str, step2: str) -> tuple[Sy
         "bounds": {"outcome": [-1.0, 1.0]}, "privacy": {"epsilon": eps},
         "synth_control": {"target": "T", "treatment_time": panel.t0, "sensitivity": sensitivity,
                           "step2": step2}})
-    return spec, sc.plan(spec, len(frame), {"panel": frame}, rng=np.random.default_rng(0))
+    return spec, sc_plan.plan(spec, len(frame), {"panel": frame}, rng=np.random.default_rng(0))
 
 
 def mc_check(panel: Panel, eps: float, sensitivity: str, step2: str, draws: int,
@@ -165,7 +166,7 @@ def mc_check(panel: Panel, eps: float, sensitivity: str, step2: str, draws: int,
     """(formula RMSE, Monte Carlo RMSE through counterfactual_path, MC standard error of the MSE)."""
     spec, plan = plan_for(panel, eps, sensitivity, step2)
     sq = np.array([
-        np.sum((sc.counterfactual_path(spec, panel.x, panel.y, panel.t0, plan,  # type: ignore[arg-type]
+        np.sum((counterfactual_path(spec, panel.x, panel.y, panel.t0, plan,  # type: ignore[arg-type]
                                        noise=NoiseGuard(plan, test_seed=int(rng.integers(2**62))))[0]
                 - panel.y[panel.t0:]) ** 2) / H
         for _ in range(draws)])

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from dpcausal.methods import synth_control as sc
+from dpcausal.commands.synth_control.method import METHOD
 from dpcausal.pipeline import execute
 from dpcausal.spec.load import load_spec
 
@@ -74,11 +74,11 @@ def cli_times(spec: Path, repeats: int) -> list[float]:
 
 
 def in_process(spec_path: Path, repeats: int) -> list[float]:
-    spec, sha = load_spec(spec_path, sc.METHOD.spec_model)
+    spec, sha = load_spec(spec_path, METHOD.spec_model)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        execute(sc.METHOD, spec, sha)
+        execute(METHOD, spec, sha)
         times.append(time.perf_counter() - t0)
     return times
 

@@ -49,14 +49,14 @@ sys.path.insert(0, str(REPO))
 
 from make_two_stage_data import PROPENSITY, simulate  # noqa: E402
 
-from dpcausal.methods import two_stage as ts  # noqa: E402
-from dpcausal.methods.two_stage_calib import (  # noqa: E402
+from dpcausal.commands.two_stage import plan as ts  # noqa: E402
+from dpcausal.commands.two_stage.calibration import (  # noqa: E402
     StabilityBounds,
     calibrate,
     noise_to_signal,
 )
-from dpcausal.methods.two_stage_solver import sufficient_stats  # noqa: E402
-from dpcausal.spec.two_stage import TwoStageSpec  # noqa: E402
+from dpcausal.commands.two_stage.solver import sufficient_stats  # noqa: E402
+from dpcausal.commands.two_stage.spec import TwoStageSpec  # noqa: E402
 
 COVS = [f"x{j}" for j in range(1, 11)]
 EPSILONS = (0.01, 0.05, 0.1, 0.5, 1.0, 10.0, 100.0)  # paper grid + two larger values

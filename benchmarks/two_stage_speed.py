@@ -21,14 +21,16 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from dpcausal.commands.two_stage.setup import build_setup, prepare
+from dpcausal.commands.two_stage.stage1 import compute_weights
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "sample_data"))
 sys.path.insert(0, str(REPO))
 
 from make_two_stage_data import PROPENSITY, simulate  # noqa: E402
 
-from dpcausal.methods import two_stage as ts  # noqa: E402
-from dpcausal.spec.two_stage import TwoStageSpec  # noqa: E402
+from dpcausal.commands.two_stage.spec import TwoStageSpec  # noqa: E402
 
 COVS = [f"x{j}" for j in range(1, 11)]
 
@@ -74,9 +76,9 @@ def main() -> None:
                          f"({receipt['events'][0]['params']['stability']['source'].split(' (')[0]})",
                          elapsed))
         spec_obj = TwoStageSpec.model_validate(spec_doc(data, Path(tmp), "ipw-known"))
-        setup = ts.build_setup(spec_obj)
-        prepared = ts.prepare(spec_obj, setup, frame, data)
-        w = ts.compute_weights(spec_obj, setup, prepared)
+        setup = build_setup(spec_obj)
+        prepared = prepare(spec_obj, setup, frame, data)
+        w = compute_weights(spec_obj, setup, prepared)
     from sklearn.linear_model import LogisticRegression
 
     t0 = time.perf_counter()

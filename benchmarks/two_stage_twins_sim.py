@@ -38,12 +38,17 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
+from dpcausal.commands.two_stage.plan import plan
+from dpcausal.commands.two_stage.privacy import mechanism, stability_bounds
+from dpcausal.commands.two_stage.setup import build_setup, prepare
+from dpcausal.commands.two_stage.stage1 import compute_weights
+from dpcausal.commands.two_stage.stage2 import fit_theta
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from two_stage_sim import ARMS, PAPER_BOUND, WEIGHTS, make_spec, paper_bounds
 
-from dpcausal.methods import two_stage as ts
-from dpcausal.methods.two_stage_calib import calibrate
-from dpcausal.spec.two_stage import TwoStageSpec
+from dpcausal.commands.two_stage.calibration import calibrate
+from dpcausal.commands.two_stage.spec import TwoStageSpec
 
 COVS = ["dmage", "gestat", "nprevist", "wtgain"]
 RANGES = {"dmage": (13.0, 50.0), "gestat": (17.0, 47.0), "nprevist": (0.0, 49.0),
@@ -133,11 +138,11 @@ def run(reps: int, seed: int) -> dict[str, Any]:
         cache = {}
         for wname in nonpriv:
             spec = spec_for(wname, "gamma", "safe", 1.0)
-            setup = ts.build_setup(spec)
-            data = ts.prepare(spec, setup, train, None)
-            w = ts.compute_weights(spec, setup, data)
+            setup = build_setup(spec)
+            data = prepare(spec, setup, train, None)
+            w = compute_weights(spec, setup, data)
             cache[wname] = (setup, data, w)
-            theta = ts.fit_theta(setup, data, w, 1e-10, np.zeros(setup.fmap.dim))
+            theta = fit_theta(setup, data, w, 1e-10, np.zeros(setup.fmap.dim))
             nonpriv[wname].append(float(np.mean((setup.fmap.transform(x_test) @ theta > 0)
                                                 == (d_opt == 1))))
         for label, wname, noise, calib in ARMS:
@@ -149,14 +154,14 @@ def run(reps: int, seed: int) -> dict[str, Any]:
                 if wname in PAPER_BOUND:
                     bounds = paper_bounds(wname, spec, N_TRAIN)
                 else:
-                    ts.plan(spec, N_TRAIN, {}, rng=rng)
-                    bounds = ts.stability_bounds(spec, setup, N_TRAIN)
+                    plan(spec, N_TRAIN, {}, rng=rng)
+                    bounds = stability_bounds(spec, setup, N_TRAIN)
                 cal = calibrate(n=N_TRAIN, dim=setup.fmap.dim, m_x=1.0, m_y=setup.m_y,
                                 l1_radius=setup.l1_radius, epsilon=eps, delta=spec.privacy.delta,
                                 eps_split=0.5, noise=noise, bounds=bounds, mode=calib)
-                b = ts.mechanism(spec, cal, setup.fmap.dim).release(np.zeros(setup.fmap.dim),
+                b = mechanism(spec, cal, setup.fmap.dim).release(np.zeros(setup.fmap.dim),
                                                                     rng=noise_rng)
-                theta = ts.fit_theta(setup, data, w, cal.gamma_required, b)
+                theta = fit_theta(setup, data, w, cal.gamma_required, b)
                 acc[label][k].append(float(np.mean((setup.fmap.transform(x_test) @ theta > 0)
                                                    == (d_opt == 1))))
     out: dict[str, Any] = {"reps": reps, "seed": seed, "design_seed": des_seed,

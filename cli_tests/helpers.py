@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -15,6 +18,21 @@ from typer.testing import CliRunner
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.cli import app
 from dpcausal.mechanisms import NoiseGuard
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def sample_data_module(name: str) -> ModuleType:
+    """A module of sample_data/ (the seeded simulators that made the sample data; not part of the
+    package), imported from its file."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "sample_data" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up while being built
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
 
 # Three-arm noise-law tests (DESIGN §6): the sample must pass at the claimed scale and be rejected at
 # 0.7x and 1.3x. The arms are explicit so that a typo cannot merge them (Tumult's bug, STYLE §4).

@@ -8,9 +8,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from dpcausal.commands.owl import audit as owl_audit
+from dpcausal.commands.owl import estimate as owl_estimate
+from dpcausal.commands.owl.setup import OwlSetup
 from dpcausal.errors import SolverError
 from dpcausal.mechanisms import L2LaplaceMechanism
-from dpcausal.methods import owl
 
 
 def bad_radius_noise(mech: L2LaplaceMechanism, rng: np.random.Generator,
@@ -31,8 +33,8 @@ def one_d_radius(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def halve_owl_sensitivity(monkeypatch: pytest.MonkeyPatch) -> None:
     """owl's Δ = (2W + 2τ)/γ understated by half (plan and run alike)."""
-    real = owl.OwlSetup.sensitivity
-    monkeypatch.setattr(owl.OwlSetup, "sensitivity", lambda self, g: real(self, g) / 2)
+    real = OwlSetup.sensitivity
+    monkeypatch.setattr(OwlSetup, "sensitivity", lambda self, g: real(self, g) / 2)
 
 
 def refuse_on_odd_treated(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,11 +42,12 @@ def refuse_on_odd_treated(monkeypatch: pytest.MonkeyPatch) -> None:
 
     Flipping one row's arm flips the parity, so a neighbouring pair exits 0 on one side and 2 on
     the other: the exit code then leaks that row's arm, unbounded and uncharged."""
-    real = owl.fit_nonprivate
+    real = owl_estimate.fit_nonprivate
 
     def fit(setup: Any, data: Any, gamma: float) -> Any:
         if int(np.sum(data.y > 0)) % 2:
             raise SolverError("the solver did not converge; nothing was released")
         return real(setup, data, gamma)
 
-    monkeypatch.setattr(owl, "fit_nonprivate", fit)
+    for module in (owl_estimate, owl_audit):  # the run and the audit's pre-noise values
+        monkeypatch.setattr(module, "fit_nonprivate", fit)

@@ -104,3 +104,9 @@ class LedgerIntegrityError(OutputError):
     A release run exits 5 (nothing spent); ``audit verify`` and ``audit repair`` report it as a
     violation (exit 4).
     """
+
+
+class EngineError(DPCausalError):
+    """An engine (a Dask scheduler or worker) failed: nothing was released, written or charged."""
+
+    exit_code = EXIT_IO

@@ -1,5 +1,9 @@
 """Run one release end to end; the library API the CLI and the tests share.
 
+Three steps: :func:`prepare` (spec → schema → plan → ledger check; no row read), :func:`estimate`
+(read rows, run, noise through the guard) and :func:`charge_and_write` (receipt, charge, publish);
+:func:`execute` runs them in order.
+
 Order (DESIGN §1.2): spec → data schema and row count → plan (public inputs only) → ledger check →
 ``--dry-run`` stops here → the output directory is checked → read rows → estimate and noise → stage
 every output (a full disk is found while nothing is spent) → charge the ledger (under its lock,
@@ -11,9 +15,12 @@ stays in place until the new one is complete.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from dpcausal.accounting.accountant import RunCost
 from dpcausal.accounting.budget import Budget
@@ -26,7 +33,7 @@ from dpcausal.io.documents import read_document
 from dpcausal.io.release_dir import RECEIPT, ReleaseDir
 from dpcausal.io.writers import csv_bytes, json_bytes, parquet_bytes
 from dpcausal.mechanisms import NoiseGuard
-from dpcausal.methods.base import MethodDef, Release
+from dpcausal.method import MethodDef, Release
 from dpcausal.rng import make_rng
 from dpcausal.spec.base import CommonSpec
 
@@ -136,6 +143,128 @@ def load_side_inputs(method: MethodDef, spec: CommonSpec) -> dict[str, Any]:
     }
 
 
+@dataclass
+class Prepared:
+    """A run after :func:`prepare`: its plan checked against the ledger, no data row read."""
+
+    method: MethodDef
+    spec: CommonSpec
+    spec_sha256: str
+    started: str
+    """The receipt's created_at: the start (the end would time the data)."""
+    info: tables.TableInfo
+    side: dict[str, Any]
+    rng: np.random.Generator
+    plan: PrivacyPlan
+    ledger: Ledger | None
+    cap: Budget | None
+    state: LedgerState | None
+    refusal: BudgetExceededError | None
+    """The ledger's refusal of the plan (raised by :func:`execute` unless it is a dry run)."""
+    engine_run: Callable[..., Release] | None
+    """The command's engine path when the spec names an engine; None: in memory."""
+
+
+@dataclass
+class Estimated:
+    """A run after :func:`estimate`: the released files, not yet charged or written."""
+
+    plan: PrivacyPlan
+    release: Release
+    files: dict[str, bytes]
+    noise_source: str
+    engine_record: dict[str, Any] | None
+
+
+def prepare(method: MethodDef, spec: CommonSpec, spec_sha256: str, *,
+            seed: int | None = None) -> Prepared:
+    """Spec → the data's schema and row count → plan (public inputs only) → ledger check.
+
+    Reads no data row: only the table's schema and row count, and the public side files.
+    """
+    started = now_iso()
+    info = tables.inspect_table(spec.data.path)
+    tables.check_columns(info, method.data_columns(spec))
+    engine_run = None
+    if spec.engine is not None:  # DESIGN §5: the data passes run on an engine
+        from dpcausal.commands import by_name
+        from dpcausal.engine import check_source
+
+        engine_run = by_name(method.command).engine_run()
+        check_source(spec.engine, info)
+    side = load_side_inputs(method, spec)
+    rng = make_rng(seed)
+    plan = method.plan(spec, info.n_rows, side, rng=rng)
+    ledger = Ledger(spec.ledger.location) if spec.ledger else None
+    state = cap = refusal = None
+    if ledger is not None and spec.ledger is not None:
+        cap = Budget(spec.ledger.budget.epsilon, spec.ledger.budget.delta)
+        state = ledger.state(spec.ledger.dataset, RunCost.from_plan(plan), cap)
+        try:
+            Ledger.check(state)
+        except BudgetExceededError as exc:
+            refusal = exc
+    return Prepared(method, spec, spec_sha256, started, info, side, rng, plan, ledger, cap, state,
+                    refusal, engine_run)
+
+
+def estimate(run: Prepared, out: ReleaseDir, *, test_noise_seed: int | None = None) -> Estimated:
+    """Read the rows (or open the engine), run the method, draw every noise through the run's one
+    guard, and render the outputs; nothing is charged or written."""
+    method, spec, info, plan = run.method, run.spec, run.info, run.plan
+    out.preflight()
+    engine_record = None
+    if run.engine_run is None:
+        frame = tables.read_table(spec.data.path, method.data_columns(spec))
+        if len(frame) != info.n_rows:  # n is public and sets every sensitivity
+            raise tables.changed_error(info.path)
+    if test_noise_seed is not None:
+        plan = replace(plan, dp_guarantee=False)  # seeded noise can be subtracted: no guarantee
+    noise = NoiseGuard(plan, test_seed=test_noise_seed)  # the run's only way to draw noise
+    if run.engine_run is None:
+        release = method.run(spec, frame, plan, run.side, rng=run.rng, noise=noise)
+        del frame
+    else:
+        from dpcausal.engine import open_engine
+
+        assert spec.engine is not None
+        with open_engine(spec.engine, info, method.data_columns(spec)) as engine:
+            release = run.engine_run(spec, engine, plan, run.side, rng=run.rng, noise=noise)
+            # public facts only: the number of passes follows the solvers' data-dependent
+            # iteration counts, so it is never published (as in memory)
+            engine_record = {"kind": spec.engine.kind, "description": engine.description}
+    noise.check_all_drawn()  # every planned stage drawn once, before anything is written or charged
+    files = render_release(release, parquet=info.format == "parquet")
+    return Estimated(plan, release, files, noise.source, engine_record)
+
+
+def charge_and_write(run: Prepared, est: Estimated, out: ReleaseDir, *,
+                     seeded_noise: bool) -> RunResult:
+    """Build the receipt, charge the ledger and publish the release whole
+    (:func:`charge_and_publish`); the result as charged."""
+    spec = run.spec
+    receipt = build_receipt(
+        est.plan,
+        spec_sha256=run.spec_sha256,
+        outputs={name: sha256_bytes(data) for name, data in est.files.items()},
+        seeded_noise=seeded_noise,
+        noise_source=est.noise_source,
+        dataset=spec.ledger.dataset if spec.ledger else None,
+        engine=est.engine_record,
+        created_at=run.started,
+    )
+    receipt, paths = charge_and_publish(out, est.files, receipt, Charge(
+        run.ledger, spec.ledger.dataset if spec.ledger else None, run.cap))
+    state = run.state
+    if state is not None:  # as charged: the spend may have grown since the plan check
+        charged = receipt["ledger"]
+        state = replace(state, spent=Budget(**charged["spent_before"]),
+                        after=Budget(**charged["spent_after"]), cap=Budget(**charged["cap"]),
+                        ledger_id=charged["ledger_id"])
+    return RunResult(plan=est.plan, n_rows=run.info.n_rows, ledger_state=state, dry_run=False,
+                     receipt=receipt, output_paths=paths, summary=est.release.summary)
+
+
 def execute(
     method: MethodDef,
     spec: CommonSpec,
@@ -145,7 +274,8 @@ def execute(
     dry_run: bool = False,
     test_noise_seed: int | None = None,
 ) -> RunResult:
-    """Plan, check, and (unless ``dry_run``) run and release.
+    """Plan, check, and (unless ``dry_run``) run and release: :func:`prepare`, then
+    :func:`estimate`, then :func:`charge_and_write`.
 
     Parameters
     ----------
@@ -163,77 +293,12 @@ def execute(
         Make the privacy noise reproducible. For tests only: the receipt then says
         ``dp_guarantee: false``.
     """
-    started = now_iso()  # the receipt's created_at: the start (the end would time the data)
-    info = tables.inspect_table(spec.data.path)
-    tables.check_columns(info, method.data_columns(spec))
-    engine_run = None
-    if spec.engine is not None:  # DESIGN §5: the data passes run on an engine
-        from dpcausal.engine import check_source, runner_for
-
-        engine_run = runner_for(method.command)
-        check_source(spec.engine, info)
-    side = load_side_inputs(method, spec)
-    rng = make_rng(seed)
-    plan = method.plan(spec, info.n_rows, side, rng=rng)
-    ledger = Ledger(spec.ledger.location) if spec.ledger else None
-    state = None
-    cap = None
-    if ledger is not None and spec.ledger is not None:
-        cap = Budget(spec.ledger.budget.epsilon, spec.ledger.budget.delta)
-        state = ledger.state(spec.ledger.dataset, RunCost.from_plan(plan), cap)
-    result = RunResult(plan=plan, n_rows=info.n_rows, ledger_state=state, dry_run=dry_run)
-    if state is not None:
-        try:
-            Ledger.check(state)
-        except BudgetExceededError as exc:
-            if not dry_run:
-                raise
-            result.refusal = exc  # a dry run shows the plan it refuses (the CLI exits 3 after)
-    if dry_run:
-        return result
-
+    run = prepare(method, spec, spec_sha256, seed=seed)
+    if dry_run:  # a dry run shows the plan it refuses (the CLI exits 3 after)
+        return RunResult(plan=run.plan, n_rows=run.info.n_rows, ledger_state=run.state,
+                         dry_run=True, refusal=run.refusal)
+    if run.refusal is not None:
+        raise run.refusal
     out = ReleaseDir(Path(spec.output.dir))
-    out.preflight()
-    engine_record = None
-    if engine_run is None:
-        frame = tables.read_table(spec.data.path, method.data_columns(spec))
-        if len(frame) != info.n_rows:  # n is public and sets every sensitivity
-            raise tables.changed_error(info.path)
-    if test_noise_seed is not None:
-        plan = replace(plan, dp_guarantee=False)  # seeded noise can be subtracted: no guarantee
-        result.plan = plan
-    noise = NoiseGuard(plan, test_seed=test_noise_seed)  # the run's only way to draw noise
-    if engine_run is None:
-        release = method.run(spec, frame, plan, side, rng=rng, noise=noise)
-        del frame
-    else:
-        from dpcausal.engine import open_engine
-
-        assert spec.engine is not None
-        with open_engine(spec.engine, info, method.data_columns(spec)) as engine:
-            release = engine_run(spec, engine, plan, side, rng=rng, noise=noise)
-            # public facts only: the number of passes follows the solvers' data-dependent
-            # iteration counts, so it is never published (as in memory)
-            engine_record = {"kind": spec.engine.kind, "description": engine.description}
-    noise.check_all_drawn()  # every planned stage drawn once, before anything is written or charged
-    files = render_release(release, parquet=info.format == "parquet")
-    receipt = build_receipt(
-        plan,
-        spec_sha256=spec_sha256,
-        outputs={name: sha256_bytes(data) for name, data in files.items()},
-        seeded_noise=test_noise_seed is not None,
-        noise_source=noise.source,
-        dataset=spec.ledger.dataset if spec.ledger else None,
-        engine=engine_record,
-        created_at=started,
-    )
-    receipt, result.output_paths = charge_and_publish(out, files, receipt, Charge(
-        ledger, spec.ledger.dataset if spec.ledger else None, cap))
-    if state is not None:  # as charged: the spend may have grown since the plan check
-        charged = receipt["ledger"]
-        result.ledger_state = replace(state, spent=Budget(**charged["spent_before"]),
-                                      after=Budget(**charged["spent_after"]),
-                                      cap=Budget(**charged["cap"]), ledger_id=charged["ledger_id"])
-    result.receipt = receipt
-    result.summary = release.summary
-    return result
+    est = estimate(run, out, test_noise_seed=test_noise_seed)
+    return charge_and_write(run, est, out, seeded_noise=test_noise_seed is not None)

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from select_policy_sim import RareRegionDGP, simulated_covariates
 
+from dpcausal.commands.select_policy.scores import dr_gammas, fit_nuisance
 from dpcausal.learners import CertifiedLogistic, CertifiedRidge, UnitBoxFeatures
-from dpcausal.methods.select_policy_scores import dr_gammas, fit_nuisance
-from dpcausal.methods.select_policy_sim import RareRegionDGP, simulated_covariates
 
 HERE = Path(__file__).parent
 D = 20

@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from cli_tests.helpers import invoke, read_json, releases, write_yaml
+from dpcausal.commands.cate import plan as cate_plan
+from dpcausal.commands.cate.estimate import run
+from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.mechanisms import NoiseGuard
-from dpcausal.methods import cate
-from dpcausal.spec.cate import CateSpec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,8 +88,8 @@ def test_json_output_and_cli_equals_library(workdir: Path) -> None:
     assert receipt["dp_guarantee"] is False and receipt["rng"] == "chacha20/seeded-test"
     spec = CateSpec.model_validate(yaml.safe_load(spec_path.read_text()))
     frame = pd.read_csv("small.csv")
-    plan = cate.plan(spec, len(frame), {}, rng=np.random.default_rng(0))
-    release = cate.run(spec, frame, plan, {}, rng=np.random.default_rng(0),
+    plan = cate_plan.plan(spec, len(frame), {}, rng=np.random.default_rng(0))
+    release = run(spec, frame, plan, {}, rng=np.random.default_rng(0),
                        noise=NoiseGuard(plan, test_seed=4))
     np.testing.assert_allclose(pd.read_csv("o2/cate.csv")["cate"], release.tables["cate"]["cate"],
                                rtol=1e-12)

@@ -15,6 +15,8 @@ import pandas as pd
 import pytest
 
 from cli_tests.helpers import invoke, write_yaml
+from dpcausal.commands.two_stage.setup import build_setup, prepare
+from dpcausal.commands.two_stage.stage1 import compute_weights
 
 
 def run_pair(tmp_path: Path, command: str, doc: dict[str, Any], frames: list[pd.DataFrame],
@@ -88,22 +90,21 @@ def test_two_stage_mmd_arm_size_never_decides_the_exit_code(tmp_path: Path) -> N
 
 def test_two_stage_fallback_is_the_uniform_weights(monkeypatch: pytest.MonkeyPatch) -> None:
     """A stage-1 solve that fails under the universal bound gives exactly w = 1 (not a refusal)."""
+    from dpcausal.commands.two_stage import weights as wts
+    from dpcausal.commands.two_stage.spec import TwoStageSpec
     from dpcausal.errors import SolverError
-    from dpcausal.methods import two_stage as ts
-    from dpcausal.methods import two_stage_weights as wts
-    from dpcausal.spec.two_stage import TwoStageSpec
 
     spec = TwoStageSpec.model_validate(_mmd_doc())
-    setup = ts.build_setup(spec)
-    data = ts.prepare(spec, setup, _two_stage_frame(60, 30, seed=2), None)
+    setup = build_setup(spec)
+    data = prepare(spec, setup, _two_stage_frame(60, 30, seed=2), None)
 
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise SolverError("did not converge")
 
     monkeypatch.setattr(wts, "mmd_weights", fail)
-    np.testing.assert_array_equal(ts.compute_weights(spec, setup, data), np.ones(60))
+    np.testing.assert_array_equal(compute_weights(spec, setup, data), np.ones(60))
     monkeypatch.setattr(wts, "mmd_weights", lambda *a, **k: np.full(60, np.nan))
-    np.testing.assert_array_equal(ts.compute_weights(spec, setup, data), np.ones(60))
+    np.testing.assert_array_equal(compute_weights(spec, setup, data), np.ones(60))
 
 
 # ----------------------------------------------------------------- ridge/logistic tolerances
@@ -259,7 +260,7 @@ def test_two_stage_stage2_verifies_at_extreme_scales_and_never_refuses(
     """At an outcome range of ±1e9 the KKT check of the ℓ₁-ball QP used to fail on the rounding of
     θ (exit 2, data-dependent); its constraint tolerance now follows the solve's scale, and an
     unverifiable active set returns the interior-point solution on the ball instead of exiting."""
-    from dpcausal.methods import two_stage_solver as tss
+    from dpcausal.commands.two_stage import solver as tss
 
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, size=(80, 4))

@@ -162,7 +162,7 @@ def _append_rows(path: Path, k: int = 50) -> None:
 def test_csv_growing_mid_run_is_refused_and_nothing_spent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_mb: int
 ) -> None:
-    import dpcausal.engine.owl as eowl
+    import dpcausal.commands.owl.engine as eowl
 
     csv = tmp_path / "t.csv"
     _frame().to_csv(csv, index=False)
@@ -187,7 +187,7 @@ def test_csv_rewritten_in_place_with_its_mtime_restored_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Same size, same mtime (``touch -r`` / ``cp -p``): ctime and the inode still tell (N2)."""
-    import dpcausal.engine.owl as eowl
+    import dpcausal.commands.owl.engine as eowl
 
     csv = tmp_path / "t.csv"
     _frame().to_csv(csv, index=False)
@@ -239,7 +239,7 @@ def test_csv_symlink_repointed_after_inspection_is_refused(
 @pytest.mark.parametrize("change", ["rewrite", "append"])
 def test_parquet_file_changed_mid_run_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  change: str) -> None:
-    import dpcausal.engine.owl as eowl
+    import dpcausal.commands.owl.engine as eowl
 
     frame = _frame()
     root = write_parts(frame, tmp_path / "p", n_files=3, row_group=500)
@@ -476,8 +476,8 @@ def test_a_type_difference_in_an_unread_column_is_not_refused(tmp_path: Path) ->
 # ---------------------------------------------------------------- F7: Dask computation errors
 
 def test_dask_cluster_failures_exit_5_and_computation_errors_propagate_without_text() -> None:
-    from dpcausal.engine.base import EngineError
     from dpcausal.engine.dask import DaskEngine
+    from dpcausal.errors import EngineError
 
     def fail(exc: BaseException) -> Any:
         def fn() -> Any:
@@ -498,7 +498,7 @@ def test_dask_cluster_failures_exit_5_and_computation_errors_propagate_without_t
 def test_dask_computation_error_is_an_internal_error_not_exit_5(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: Any
 ) -> None:
-    import dpcausal.engine.owl as eowl
+    import dpcausal.commands.owl.engine as eowl
 
     def broken(*args: Any, **kwargs: Any) -> Any:  # runs on a worker
         raise ZeroDivisionError("a bug in a per-batch computation")

@@ -18,6 +18,9 @@ import yaml
 
 from cli_tests.conftest import REPO
 from cli_tests.helpers import invoke, read_json, write_yaml
+from dpcausal.commands.select_policy.estimate import compute_utilities
+from dpcausal.commands.select_policy.method import METHOD
+from dpcausal.commands.select_policy.setup import build_setup, data_columns
 
 distributed = pytest.importorskip("distributed")
 
@@ -95,7 +98,7 @@ def test_engines_give_the_same_release(tmp_path: Path, cluster: Any, data: dict[
 def test_worker_failure_leaves_no_receipt_and_no_ledger_entry(
     tmp_path: Path, cluster: Any, data: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dpcausal.engine.select_policy as engine_sp
+    import dpcausal.commands.select_policy.engine as engine_sp
 
     real = engine_sp.utility_sums
 
@@ -123,14 +126,13 @@ def test_learned_nuisances_come_from_partition_sums_not_gathered_rows(
     """The certified learners on the engine equal the in-memory fits (to float summation order)
     and the utilities too, while no pass ever returns rows: ``map_list`` (which the learners use
     to add their per-batch sums exactly rounded) only ever returns fixed-size statistics."""
+    from dpcausal.commands.select_policy import engine as esp
+    from dpcausal.commands.select_policy.spec import SelectPolicySpec
     from dpcausal.engine import open_engine
-    from dpcausal.engine import select_policy as esp
     from dpcausal.engine.local import LocalEngine
     from dpcausal.io import tables
-    from dpcausal.methods import select_policy as msp
     from dpcausal.pipeline import load_side_inputs
     from dpcausal.spec.load import load_spec
-    from dpcausal.spec.select_policy import SelectPolicySpec
 
     real_map_list = LocalEngine.map_list
     sizes: set[int] = set()
@@ -146,12 +148,12 @@ def test_learned_nuisances_come_from_partition_sums_not_gathered_rows(
                                                                         "batch_rows": 1000}),
                      SelectPolicySpec)
     info = tables.inspect_table(spec.data.path)
-    side = load_side_inputs(msp.METHOD, spec)
-    setup = msp.build_setup(spec, info.n_rows, side)
-    frame = tables.read_table(spec.data.path, msp.data_columns(spec))
-    reference = msp.compute_utilities(spec, setup, frame, side)
+    side = load_side_inputs(METHOD, spec)
+    setup = build_setup(spec, info.n_rows, side)
+    frame = tables.read_table(spec.data.path, data_columns(spec))
+    reference = compute_utilities(spec, setup, frame, side)
     assert spec.engine is not None
-    with open_engine(spec.engine, info, msp.data_columns(spec)) as engine:
+    with open_engine(spec.engine, info, data_columns(spec)) as engine:
         utilities = esp.compute_utilities(spec, setup, engine, side)
         assert engine.passes >= 3  # ridge sums, ≥ 1 logistic Newton pass, utilities
     np.testing.assert_allclose(utilities, reference, rtol=1e-10, atol=1e-9)

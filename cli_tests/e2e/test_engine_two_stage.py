@@ -23,6 +23,9 @@ from cli_tests.helpers import (
     write_parts,
     write_yaml,
 )
+from dpcausal.commands.two_stage.method import METHOD
+from dpcausal.commands.two_stage.setup import build_setup, data_columns, prepare
+from dpcausal.commands.two_stage.stage1 import _moments
 
 distributed = pytest.importorskip("distributed")
 
@@ -106,7 +109,7 @@ def test_engines_give_the_same_release_whatever_the_partitioning(
     tmp_path: Path, data: dict[str, Path], cluster: Any, weights: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from dpcausal.methods import two_stage_weights as wts
+    from dpcausal.commands.two_stage import weights as wts
 
     real, norms = wts.solve_dual, []
 
@@ -192,7 +195,7 @@ def test_worker_failure_mid_run_leaves_no_receipt_and_no_ledger_entry(
     tmp_path: Path, data: dict[str, Path], cluster: Any, monkeypatch: pytest.MonkeyPatch,
     stat: str,
 ) -> None:
-    import dpcausal.engine.two_stage as engine_two_stage
+    import dpcausal.commands.two_stage.engine as engine_two_stage
 
     spec = _spec(tmp_path, data["four"], "ipw-logit", ledger=True,
                  engine={"kind": "dask", "address": cluster.scheduler_address,
@@ -260,30 +263,30 @@ def test_stage1_passes_match_the_in_memory_objective_within_the_rounding_allowan
     import functools
     import math
 
-    from dpcausal.engine import two_stage as eng
+    from dpcausal.commands.two_stage import dual
+    from dpcausal.commands.two_stage import engine as eng
+    from dpcausal.commands.two_stage import weights as wts
     from dpcausal.engine.local import LocalEngine
     from dpcausal.io import tables
-    from dpcausal.methods import two_stage as ts
-    from dpcausal.methods import two_stage_weights as wts
     from dpcausal.spec.load import load_spec
 
-    spec, _ = load_spec(_spec(tmp_path, data["four"], weights), ts.METHOD.spec_model)
-    setup = ts.build_setup(spec)
+    spec, _ = load_spec(_spec(tmp_path, data["four"], weights), METHOD.spec_model)
+    setup = build_setup(spec)
     info = tables.inspect_table(data["four"])
-    engine = LocalEngine(info, ts.data_columns(spec), batch_rows=137, cache_mb=0)
+    engine = LocalEngine(info, data_columns(spec), batch_rows=137, cache_mb=0)
     engine.load(functools.partial(eng.prepare_batch, spec, setup))
     fun_e, d, radius, ridge, _ = eng.stage1_objective(spec, setup, engine, N_ROWS)
-    prep = ts.prepare(spec, setup, tables.read_table(data["four"], ts.data_columns(spec)), None)
+    prep = prepare(spec, setup, tables.read_table(data["four"], data_columns(spec)), None)
     if weights == "ipw-logit":
         feats = np.hstack([np.ones((N_ROWS, 1)), prep.scaled])
         fun_m = wts.logit_objective(
             lambda lam: wts.logit_sums(feats, prep.a.astype(float), lam), N_ROWS, d, ridge)
     else:
-        g, m_g = ts._moments(prep.scaled, 2)
+        g, m_g = _moments(prep.scaled, 2)
         rows = wts.ebw_rows(prep.a, g, 0.1, m_g)
         target = wts.ebw_target(g.mean(axis=0), 0.1, m_g)
         fun_m = wts.ebw_objective(lambda lam: wts.ebw_sums(rows, lam), N_ROWS, d, target, ridge)
-    eps_g = wts.gradient_rounding_allowance(N_ROWS, d, radius, ridge)
+    eps_g = dual.gradient_rounding_allowance(N_ROWS, d, radius, ridge)
     rng = np.random.default_rng(4)
     for scale in (0.0, 0.3, 1.0, 40.0):  # 40R: a Newton iterate far outside the ball (ebw: stable)
         lam = rng.normal(size=d)
@@ -301,13 +304,12 @@ def test_stage1_passes_match_the_in_memory_objective_within_the_rounding_allowan
 def test_stage2_features_recomputed_from_the_stage1_input_are_bitwise_the_feature_map(
     tmp_path: Path, data: dict[str, Path], weights: str, intercept: bool, scaling: str
 ) -> None:
-    from dpcausal.engine import two_stage as eng
-    from dpcausal.methods import two_stage as ts
+    from dpcausal.commands.two_stage import engine as eng
     from dpcausal.spec.load import load_spec
 
     spec, _ = load_spec(_spec(tmp_path, data["csv"], weights, intercept=intercept,
-                              scaling=scaling), ts.METHOD.spec_model)
-    setup = ts.build_setup(spec)
+                              scaling=scaling), METHOD.spec_model)
+    setup = build_setup(spec)
     frame = _frame(n=500, seed=3)
     frame.loc[:5, "x2"] = 7.0  # clipped
     part = eng.prepare_batch(spec, setup, frame, 0)
@@ -324,7 +326,7 @@ def test_a_worker_process_that_dies_mid_run_is_replaced_and_the_release_is_uncha
     scheduler recomputes the lost partitions and the release equals the in-memory one."""
     import os
 
-    import dpcausal.engine.two_stage as engine_two_stage
+    import dpcausal.commands.two_stage.engine as engine_two_stage
 
     reference, _ = _run(_spec(tmp_path, data["csv"], "ebw"))
     marker = tmp_path / "died"

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from cli_tests.helpers import invoke, write_yaml
+from dpcausal.commands.owl.spec import OwlSpec
 from dpcausal.errors import SpecError
 from dpcausal.spec.load import load_spec
-from dpcausal.spec.owl import OwlSpec
 
 
 def _owl_spec(repo_root: Path, tmp_path: Path, **changes: Any) -> Path:

@@ -13,10 +13,14 @@ import pytest
 import yaml
 
 from cli_tests.helpers import invoke, read_json, write_yaml
-from dpcausal.engine import owl as engine_owl
+from dpcausal.commands.owl import engine as engine_owl
+from dpcausal.commands.owl import estimate as owl_estimate
+from dpcausal.commands.owl import method as owl_method
+from dpcausal.commands.owl import plan as owl_plan
+from dpcausal.commands.owl.method import METHOD
+from dpcausal.commands.owl.privacy import mechanism
 from dpcausal.mechanisms import NoiseGuard
-from dpcausal.methods import owl
-from dpcausal.methods.base import Release
+from dpcausal.method import Release
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = {"owl": "owl.yaml", "select-policy": "select_policy.yaml",
@@ -72,7 +76,7 @@ def _nothing_written_or_charged(workdir: Path, res: Any) -> None:
 def test_a_draw_that_does_not_match_the_plan_stops_the_run(
         workdir: Path, monkeypatch: pytest.MonkeyPatch, engine: bool) -> None:
     """The run draws with half the planned sensitivity (the plan, built first, is right)."""
-    real = owl.mechanism
+    real = mechanism
     calls: list[int] = []
 
     def halved_after_planning(setup: Any, gamma: float, epsilon: float) -> Any:
@@ -82,21 +86,21 @@ def test_a_draw_that_does_not_match_the_plan_stops_the_run(
             return mech
         return dataclasses.replace(mech, l2_sensitivity=mech.l2_sensitivity / 2)
 
-    monkeypatch.setattr(owl, "mechanism", halved_after_planning)
-    monkeypatch.setattr(engine_owl, "mechanism", halved_after_planning)
+    for module in (owl_plan, owl_estimate, engine_owl):  # every user of the mechanism
+        monkeypatch.setattr(module, "mechanism", halved_after_planning)
     res = invoke(["owl", "--spec", _spec("owl"), *(["--engine", "local"] if engine else [])])
     _nothing_written_or_charged(workdir, res)
     assert len(calls) == 2
 
 
 def test_a_stage_drawn_twice_stops_the_run(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_run = owl.METHOD.run
+    real_run = METHOD.run
 
     def twice(*args: Any, **kwargs: Any) -> Release:
         real_run(*args, **kwargs)
         return real_run(*args, **kwargs)
 
-    monkeypatch.setattr(owl, "METHOD", dataclasses.replace(owl.METHOD, run=twice))
+    monkeypatch.setattr(owl_method, "METHOD", dataclasses.replace(METHOD, run=twice))
     _nothing_written_or_charged(workdir, invoke(["owl", "--spec", _spec("owl")]))
 
 
@@ -105,5 +109,5 @@ def test_a_planned_stage_never_drawn_stops_the_run(workdir: Path,
     def no_noise(spec: Any, frame: Any, plan: Any, side: Any, *, rng: Any, noise: Any) -> Release:
         return Release(documents={"rule.json": {"theta": np.zeros(5).tolist()}})
 
-    monkeypatch.setattr(owl, "METHOD", dataclasses.replace(owl.METHOD, run=no_noise))
+    monkeypatch.setattr(owl_method, "METHOD", dataclasses.replace(METHOD, run=no_noise))
     _nothing_written_or_charged(workdir, invoke(["owl", "--spec", _spec("owl")]))

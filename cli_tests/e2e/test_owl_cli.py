@@ -18,8 +18,10 @@ import yaml
 
 from cli_tests.helpers import invoke, read_json, releases, write_yaml
 from dpcausal import __version__
-from dpcausal.methods import owl
-from dpcausal.spec.owl import OwlSpec
+from dpcausal.commands.owl import plan as owl_plan
+from dpcausal.commands.owl.estimate import fit_nonprivate, run
+from dpcausal.commands.owl.setup import build_setup, prepare
+from dpcausal.commands.owl.spec import OwlSpec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -76,8 +78,8 @@ def test_cli_equals_library_with_test_seed(workdir: Path) -> None:
     frame = pd.read_csv("sample_data/owl_trial.csv")
     from dpcausal.mechanisms import NoiseGuard
 
-    plan = replace(owl.plan(spec, len(frame), {}, rng=np.random.default_rng(0)), dp_guarantee=False)
-    release = owl.run(spec, frame, plan, {"apply_to": pd.read_csv(spec.owl.apply_to)},
+    plan = replace(owl_plan.plan(spec, len(frame), {}, rng=np.random.default_rng(0)), dp_guarantee=False)
+    release = run(spec, frame, plan, {"apply_to": pd.read_csv(spec.owl.apply_to)},
                       rng=np.random.default_rng(0), noise=NoiseGuard(plan, test_seed=5))
     assert read_json(workdir / "o3" / "rule.json") == json.loads(json.dumps(
         release.documents["rule.json"]))
@@ -92,10 +94,10 @@ def test_huge_epsilon_equals_nonprivate_solve(workdir: Path) -> None:
     res = invoke(["owl", "--spec", spec_path, "--out", "o4", "--test-noise-seed", "1"])
     assert res.exit_code == 0, res.output
     spec = OwlSpec.model_validate(yaml.safe_load(spec_path.read_text()))
-    setup = owl.build_setup(spec)
-    data = owl.prepare(spec, setup, pd.read_csv("sample_data/owl_trial.csv"), None)
+    setup = build_setup(spec)
+    data = prepare(spec, setup, pd.read_csv("sample_data/owl_trial.csv"), None)
     np.testing.assert_allclose(read_json(workdir / "o4" / "rule.json")["theta"],
-                               owl.fit_nonprivate(setup, data, 75.0), atol=1e-6)
+                               fit_nonprivate(setup, data, 75.0), atol=1e-6)
 
 
 def test_dry_run_reads_no_rows_and_spends_nothing(workdir: Path) -> None:

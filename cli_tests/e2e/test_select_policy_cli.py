@@ -12,10 +12,13 @@ import pytest
 import yaml
 
 from cli_tests.helpers import invoke, read_json, releases, write_yaml
+from dpcausal.commands.select_policy import plan as sp_plan
+from dpcausal.commands.select_policy.estimate import compute_utilities, run
+from dpcausal.commands.select_policy.method import METHOD
+from dpcausal.commands.select_policy.setup import build_setup
+from dpcausal.commands.select_policy.spec import SelectPolicySpec
 from dpcausal.mechanisms import NoiseGuard
-from dpcausal.methods import select_policy as sp
 from dpcausal.pipeline import execute
-from dpcausal.spec.select_policy import SelectPolicySpec
 
 REPO = Path(__file__).resolve().parents[2]
 CMD = "select-policy"
@@ -76,7 +79,7 @@ def test_json_output_is_the_receipt_and_equals_library(workdir: Path) -> None:
     assert receipt["rng"] == "chacha20/seeded-test"
     spec = SelectPolicySpec.model_validate(spec_doc()).with_overrides(out=Path("o3"))
     spec = spec.model_copy(update={"ledger": None})
-    lib = execute(sp.METHOD, spec, "x", test_noise_seed=3)
+    lib = execute(METHOD, spec, "x", test_noise_seed=3)
     assert read_json(workdir / "o3" / "selection.json") == read_json(
         workdir / "o2" / "selection.json")
     assert obj["summary"]["selected_policy"] == lib.summary["selected_policy"]
@@ -91,11 +94,11 @@ def test_huge_epsilon_selects_the_argmax_utility(workdir: Path) -> None:
     spec_path = write_spec(workdir / "s.yaml", mutate)
     spec = SelectPolicySpec.model_validate(yaml.safe_load(spec_path.read_text()))
     frame = pd.read_csv(DATA)
-    plan = sp.plan(spec, len(frame), {"library": yaml.safe_load(
+    plan = sp_plan.plan(spec, len(frame), {"library": yaml.safe_load(
         Path("configs/policies_example.yaml").read_text())}, rng=np.random.default_rng(0))
-    setup = sp.build_setup(spec, len(frame), {"library": yaml.safe_load(
+    setup = build_setup(spec, len(frame), {"library": yaml.safe_load(
         Path("configs/policies_example.yaml").read_text())})
-    u = sp.compute_utilities(spec, setup, frame, {})
+    u = compute_utilities(spec, setup, frame, {})
     for seed in (1, 2, 3):
         res = invoke([CMD, "--spec", spec_path, "--out", f"o{seed}", "--test-noise-seed",
                       str(seed)])
@@ -303,8 +306,8 @@ def test_library_call_matches_noise_generator_contract() -> None:
     spec = SelectPolicySpec.model_validate({**spec_doc(), "ledger": None})
     frame = pd.read_csv(REPO / DATA)
     side = {"library": yaml.safe_load((REPO / "configs" / "policies_example.yaml").read_text())}
-    plan = sp.plan(spec, len(frame), side, rng=np.random.default_rng(0))
-    picks = [sp.run(spec, frame, plan, side, rng=np.random.default_rng(0),
+    plan = sp_plan.plan(spec, len(frame), side, rng=np.random.default_rng(0))
+    picks = [run(spec, frame, plan, side, rng=np.random.default_rng(0),
                     noise=NoiseGuard(plan, test_seed=4)).documents["selection.json"]["selected"]["index"]
              for _ in range(2)]
     assert picks[0] == picks[1]

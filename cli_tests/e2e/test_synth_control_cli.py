@@ -14,7 +14,7 @@ import yaml
 from sklearn.linear_model import Ridge
 
 from cli_tests.helpers import invoke, read_json, releases, write_yaml
-from dpcausal.methods import synth_control as sc
+from dpcausal.commands.synth_control.method import METHOD
 from dpcausal.pipeline import execute
 from dpcausal.spec.load import load_spec
 
@@ -80,9 +80,9 @@ def test_json_output_and_cli_equals_library(workdir: Path) -> None:
     receipt = read_json(workdir / "o1" / "receipt.json")
     assert {k: v for k, v in obj.items() if k not in ("output_paths", "summary")} == receipt
     assert receipt["dp_guarantee"] is False and receipt["rng"] == "chacha20/seeded-test"
-    spec, sha = load_spec(Path(CONFIG), sc.METHOD.spec_model)
+    spec, sha = load_spec(Path(CONFIG), METHOD.spec_model)
     spec = spec.with_overrides(out=Path("o2"), ledger=Path("l2.jsonl"))
-    lib = execute(sc.METHOD, spec, sha, test_noise_seed=3)
+    lib = execute(METHOD, spec, sha, test_noise_seed=3)
     assert lib.summary == obj["summary"]
     assert (workdir / "o1" / "counterfactual.csv").read_bytes() == (
         workdir / "o2" / "counterfactual.csv").read_bytes()

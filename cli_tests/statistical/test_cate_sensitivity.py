@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 from scipy import special
 
+from dpcausal.commands.cate.estimate import search_gamma, second_stage
+from dpcausal.commands.cate.krr import rkhs_distance
+from dpcausal.commands.cate.privacy import certified_gamma, function_mechanism
+from dpcausal.commands.cate.setup import build_setup
+from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.learners.dp_logistic import PropensityModel
 from dpcausal.learners.dp_ridge import OutcomeModel
 from dpcausal.mechanisms.gaussian_process import gaussian_kernel
-from dpcausal.methods import cate
-from dpcausal.methods.cate_krr import rkhs_distance
-from dpcausal.methods.cate_setup import build_setup
-from dpcausal.spec.cate import CateSpec
 
 pytestmark = pytest.mark.statistical
 
@@ -80,15 +81,15 @@ def test_rkhs_sensitivity_and_exact_privacy_of_the_function_release(q: int, h: f
     rng = np.random.default_rng(q * 100 + int(10 * h))
     prop, outm = _nuisances(setup, rng)
     x, a, y = _data(n, q, rng)
-    base, _, _ = cate.second_stage(setup, prop, outm, x, a, y)
-    mech = cate.function_mechanism(spec, setup)
+    base, _, _ = second_stage(setup, prop, outm, x, a, y)
+    mech = function_mechanism(spec, setup)
     xq = rng.uniform(size=(25, q))
     cov = mech.sigma**2 * (gaussian_kernel(xq, xq, h) + 1e-9 * np.eye(25))
     w, v = np.linalg.eigh(cov)
     whiten = (v / np.sqrt(w)) @ v.T
     worst_h = worst_mu = 0.0
     for x2, a2, y2 in _neighbours(x, a, y, rng, 150):
-        other, _, _ = cate.second_stage(setup, prop, outm, x2, a2, y2)
+        other, _, _ = second_stage(setup, prop, outm, x2, a2, y2)
         worst_h = max(worst_h, rkhs_distance(base, other))
         worst_mu = max(worst_mu, float(np.linalg.norm(whiten @ (base.predict(xq) - other.predict(xq)))))
     assert worst_h <= setup.rkhs_sensitivity
@@ -107,13 +108,13 @@ def test_finite_query_smooth_sensitivity_bound() -> None:
     rng = np.random.default_rng(7)
     prop, outm = _nuisances(setup, rng)
     x, a, y = _data(n, q, rng)
-    base, rho, _ = cate.second_stage(setup, prop, outm, x, a, y)
+    base, rho, _ = second_stage(setup, prop, outm, x, a, y)
     sq = rng.uniform(size=(5, q))
-    gamma = cate.search_gamma(spec, setup, base, rho, prop, outm, sq)
-    assert gamma <= cate.certified_gamma(setup, 5)
+    gamma = search_gamma(spec, setup, base, rho, prop, outm, sq)
+    assert gamma <= certified_gamma(setup, 5)
     worst = 0.0
     for x2, a2, y2 in _neighbours(x, a, y, rng, 150):
-        other, _, _ = cate.second_stage(setup, prop, outm, x2, a2, y2)
+        other, _, _ = second_stage(setup, prop, outm, x2, a2, y2)
         worst = max(worst, float(np.linalg.norm(base.predict(sq) - other.predict(sq))))
     assert worst <= math.sqrt(math.log(n)) * gamma / n
     assert worst <= 2 * gamma / n  # first-order replace-one bound (spec §2.6)

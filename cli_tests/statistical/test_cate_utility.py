@@ -7,9 +7,10 @@ import pandas as pd
 import pytest
 
 from cli_tests.unit.test_cate_method import dataset1, theta1
+from dpcausal.commands.cate.estimate import run
+from dpcausal.commands.cate.plan import plan
+from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.mechanisms import NoiseGuard
-from dpcausal.methods import cate
-from dpcausal.spec.cate import CateSpec
 
 pytestmark = pytest.mark.statistical
 
@@ -25,8 +26,8 @@ def _rmse(n: int, eps: float, seed: int, mode: str = "function") -> float:
         "cate": {"queries": "public.csv", "mode": mode, "search_points": 256},
     })
     side = {"queries": QUERIES}
-    pl = cate.plan(spec, n, side, rng=np.random.default_rng(0))
-    rel = cate.run(spec, frame, pl, side, rng=np.random.default_rng(0),
+    pl = plan(spec, n, side, rng=np.random.default_rng(0))
+    rel = run(spec, frame, pl, side, rng=np.random.default_rng(0),
                    noise=NoiseGuard(pl, test_seed=seed + 99))
     tau_hat = rel.tables["cate"]["cate"].to_numpy()
     return float(np.sqrt(np.mean((tau_hat - theta1(QUERIES.to_numpy())) ** 2)))

@@ -6,8 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpcausal.methods import owl
-from dpcausal.spec.owl import OwlSpec
+from dpcausal.commands.owl.estimate import fit_nonprivate
+from dpcausal.commands.owl.privacy import mechanism
+from dpcausal.commands.owl.rule import recommend
+from dpcausal.commands.owl.setup import build_setup, prepare
+from dpcausal.commands.owl.spec import OwlSpec
 
 pytestmark = pytest.mark.statistical
 
@@ -27,14 +30,14 @@ def _accuracy(n: int, eps: float, gamma: float, reps: int, rng: np.random.Genera
         "privacy": {"epsilon": eps},
         "owl": {"treated": 1, "propensity": 0.5, "gamma": gamma},
     })
-    setup = owl.build_setup(spec)
+    setup = build_setup(spec)
     test = rng.uniform(0, 1, size=(4000, 4))
     truth = 1 + test[:, 0] + test[:, 1] - 1.8 * test[:, 2] - 2.2 * test[:, 3] > 0
     accs = []
     for _ in range(reps):
-        data = owl.prepare(spec, setup, _trial(n, rng), None)
-        theta = owl.mechanism(setup, gamma, eps).release(owl.fit_nonprivate(setup, data, gamma), rng=rng)
-        accs.append(np.mean(owl.recommend(setup.fmap, theta, test) == truth))
+        data = prepare(spec, setup, _trial(n, rng), None)
+        theta = mechanism(setup, gamma, eps).release(fit_nonprivate(setup, data, gamma), rng=rng)
+        accs.append(np.mean(recommend(setup.fmap, theta, test) == truth))
     return float(np.mean(accs))
 
 

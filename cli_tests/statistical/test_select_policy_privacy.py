@@ -13,14 +13,19 @@ import pytest
 from scipy import stats
 from sklearn.tree import DecisionTreeRegressor
 
-from cli_tests.helpers import assert_three_arm, ks_three_arm
+from cli_tests.helpers import assert_three_arm, ks_three_arm, sample_data_module
+from dpcausal.commands.select_policy.estimate import compute_utilities
+from dpcausal.commands.select_policy.library import build_library, paper160
+from dpcausal.commands.select_policy.privacy import choice_mechanism, value_mechanism
+from dpcausal.commands.select_policy.scores import dr_score
+from dpcausal.commands.select_policy.setup import build_setup
+from dpcausal.commands.select_policy.spec import SelectPolicySpec
 from dpcausal.learners.certificate import certify_spillover
 from dpcausal.mechanisms import ExponentialMechanism
-from dpcausal.methods import select_policy as sp
-from dpcausal.methods.select_policy_library import build_library, paper160
-from dpcausal.methods.select_policy_scores import dr_score
-from dpcausal.methods.select_policy_sim import RareRegionDGP, simulated_covariates
-from dpcausal.spec.select_policy import SelectPolicySpec
+
+_sim = sample_data_module("select_policy_sim")  # the simulator that made the sample data
+RareRegionDGP = _sim.RareRegionDGP
+simulated_covariates = _sim.simulated_covariates
 
 pytestmark = pytest.mark.statistical
 NAMES = [f"x{j + 1}" for j in range(20)]
@@ -153,8 +158,8 @@ def test_adversarial_neighbours_never_exceed_delta_cert(pool: Any) -> None:
     x = x_pool[rng.choice(len(x_pool), m + n, replace=False)]
     a, y = dgp.sample(x, rng)
     spec = spec_for(m + n, lambda_mu=5.0, lambda_e=5.0)  # small λ: a demanding certificate
-    setup = sp.build_setup(spec, m + n, {})
-    base = sp.compute_utilities(spec, setup, frame_of(x, a, y), {})
+    setup = build_setup(spec, m + n, {})
+    base = compute_utilities(spec, setup, frame_of(x, a, y), {})
     rare = np.flatnonzero(dgp.region(x_pool) > 0)
     ratios = []
     for trial in range(24):
@@ -164,12 +169,12 @@ def test_adversarial_neighbours_never_exceed_delta_cert(pool: Any) -> None:
         x2[i] = rng.choice([-3.0, 3.0], 20) if kind == 0 else x_pool[rng.choice(rare)]
         a2[i] = int(trial // 3) % 2
         y2[i] = 1.0 - y[i] if kind == 2 else float(rng.integers(0, 2))
-        u2 = sp.compute_utilities(spec, setup, frame_of(x2, a2, y2), {})
+        u2 = compute_utilities(spec, setup, frame_of(x2, a2, y2), {})
         move = float(np.max(np.abs(u2 - base)))
-        assert move <= setup.delta
-        llr = max_log_ratio(base, u2, 1.0, setup.delta)
-        assert llr <= 1.0 * move / setup.delta * (1 + 1e-9) + 1e-12
-        ratios.append(move / setup.delta)
+        assert move <= setup.utility_sensitivity
+        llr = max_log_ratio(base, u2, 1.0, setup.utility_sensitivity)
+        assert llr <= 1.0 * move / setup.utility_sensitivity * (1 + 1e-9) + 1e-12
+        ratios.append(move / setup.utility_sensitivity)
     assert max(ratios) < 1.0
 
 
@@ -186,7 +191,7 @@ def test_spillover_recipe_unstable_vs_certified(pool: Any) -> None:
     lib = build_library({"policies": paper160(NAMES, 7, rare_threshold=dgp.q95)}, NAMES,
                         where="g", source={})
     spec = spec_for(2 * m)
-    setup = sp.build_setup(spec, 2 * m, {})
+    setup = build_setup(spec, 2 * m, {})
     moves, naive_llr, cert_llr = [], [], []
     sizes = [300, 700, 1200, 2000, 3000]
     for n in sizes:
@@ -205,21 +210,21 @@ def test_spillover_recipe_unstable_vs_certified(pool: Any) -> None:
             pair_u.append(np.array([dr_score(dec[:, k], mus[0], mus[1], e1, a_sc == 1,
                                              y_sc).sum() for k in range(lib.size)]))
             sp_n = spec_for(m + n)
-            set_n = sp.build_setup(sp_n, m + n, {})
-            cert_u.append(sp.compute_utilities(
+            set_n = build_setup(sp_n, m + n, {})
+            cert_u.append(compute_utilities(
                 sp_n, set_n, frame_of(np.vstack([xs, x_sc]), np.concatenate([a_s, a_sc]),
                                       np.concatenate([ys, y_sc])), {}))
         moves.append(float(np.max(np.abs(pair_u[0] - pair_u[1]))))
         naive_llr.append(max_log_ratio(pair_u[0], pair_u[1], 1.0, 22.0))
         cmove = float(np.max(np.abs(cert_u[0] - cert_u[1])))
-        delta_n = sp.build_setup(spec_for(m + n), m + n, {}).delta
+        delta_n = build_setup(spec_for(m + n), m + n, {}).utility_sensitivity
         assert cmove <= delta_n
         cert_llr.append(max_log_ratio(cert_u[0], cert_u[1], 1.0, delta_n))
     assert stats.pearsonr(sizes, moves)[0] > 0.95
     assert moves[-1] > 22.0  # crosses the naive floor 2B_ψ
     assert naive_llr[-1] > 1.0  # naive EM is not 1-DP on this pair
     assert max(cert_llr) <= 1.0
-    assert setup.delta == pytest.approx(28.614, abs=1e-3)
+    assert setup.utility_sensitivity == pytest.approx(28.614, abs=1e-3)
 
 
 # ---------------------------------------------------------------- mechanisms as used here
@@ -235,9 +240,9 @@ def test_em_sampler_matches_exact_probabilities() -> None:
 
 def test_value_release_laplace_three_arm() -> None:
     spec = spec_for(3000, value_release={"epsilon": 0.5})
-    setup = sp.build_setup(spec, 3000, {})
-    mech = sp.value_mechanism(setup, 0.5)
-    assert mech.scale == pytest.approx(setup.delta / 1500 / 0.5)
+    setup = build_setup(spec, 3000, {})
+    mech = value_mechanism(setup, 0.5)
+    assert mech.scale == pytest.approx(setup.utility_sensitivity / 1500 / 0.5)
     rng = np.random.default_rng(3)
     sample = np.array([mech.release(np.zeros(1), rng=rng)[0] for _ in range(4000)])
     pv = ks_three_arm(sample, lambda x, s: stats.laplace.cdf(x, scale=s), mech.scale)
@@ -255,9 +260,9 @@ def test_huge_epsilon_concentrates_on_best_true_policy(pool: Any) -> None:
     spec = spec_for(n_rows, library={"generator": "paper160", "seed": 7,
                                      "rare_threshold": dgp.q95}, lambda_mu=0.01, lambda_e=0.01)
     spec = spec.model_copy(update={"privacy": spec.privacy.model_copy(update={"epsilon": 1e7})})
-    setup = sp.build_setup(spec, n_rows, {})
-    u = sp.compute_utilities(spec, setup, frame_of(x, a, y), {})
-    em = sp.choice_mechanism(setup, 1e7)
+    setup = build_setup(spec, n_rows, {})
+    u = compute_utilities(spec, setup, frame_of(x, a, y), {})
+    em = choice_mechanism(setup, 1e7)
     p = em.probabilities(u)
     v_true = dgp.policy_values(setup.library.decisions(x_pool), x_pool)
     best = int(np.argmax(v_true))
@@ -265,7 +270,7 @@ def test_huge_epsilon_concentrates_on_best_true_policy(pool: Any) -> None:
     picks = {em.release(u, rng=np.random.default_rng(s)) for s in range(20)}
     assert picks == {best}
     # at ε = 1 the same data gives a much flatter distribution (privacy has a price)
-    assert sp.choice_mechanism(setup, 1.0).probabilities(u).max() < 0.5
+    assert choice_mechanism(setup, 1.0).probabilities(u).max() < 0.5
     assert math.isfinite(float(u.sum()))
 
 

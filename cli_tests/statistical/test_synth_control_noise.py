@@ -15,11 +15,12 @@ import pytest
 from scipy import stats
 
 from cli_tests.helpers import assert_three_arm, ks_three_arm
+from dpcausal.commands.synth_control import dpsc as core
+from dpcausal.commands.synth_control import plan as sc_plan
+from dpcausal.commands.synth_control.estimate import counterfactual_path
+from dpcausal.commands.synth_control.spec import SynthControlSpec
 from dpcausal.mechanisms import NoiseGuard
 from dpcausal.mechanisms._rng import noise_generator
-from dpcausal.methods import synth_control as sc
-from dpcausal.methods import synth_control_core as core
-from dpcausal.spec.synth_control import SynthControlSpec
 
 pytestmark = pytest.mark.statistical
 
@@ -35,7 +36,7 @@ def setup(n: int, t0: int, h: int, eps: float, seed: int = 0, **section: Any) ->
         "data": {"path": "p.csv", "columns": {"unit": "unit", "time": "time", "outcome": "y"}},
         "bounds": {"outcome": [-1.0, 1.0]}, "privacy": {"epsilon": eps},
         "synth_control": {"target": "T", "treatment_time": t0, **section}})
-    plan = sc.plan(spec, len(frame), {"panel": frame}, rng=rng)
+    plan = sc_plan.plan(spec, len(frame), {"panel": frame}, rng=rng)
     piv = frame.pivot(index="unit", columns="time", values="y")
     x = piv.loc[[f"D{i}" for i in range(n)]].to_numpy()
     y = piv.loc["T"].to_numpy()
@@ -47,7 +48,7 @@ def test_step1_radius_law_through_the_run_path(sensitivity: str, n: int) -> None
     spec, plan, x, y = setup(n, 6, 3, 3.0, sensitivity=sensitivity)
     f_reg = core.ridge_coefficients(x[:, :6], y[:6], float(plan.details["lambda"]))
     radii = np.array([
-        np.linalg.norm(sc.counterfactual_path(spec, x, y, 6, plan,
+        np.linalg.norm(counterfactual_path(spec, x, y, 6, plan,
                                               noise=NoiseGuard(plan, test_seed=21_000 + i))[1]
                        - f_reg)
         for i in range(4000)])
@@ -103,7 +104,7 @@ def test_expected_error_formula_matches_monte_carlo(section: dict[str, Any]) -> 
     post = core.post_mechanism(plan.details["step2"], plan.events[1].epsilon, n, h)
     expected = core.expected_sq_error(x[:, t0:], f_reg, core.coefficient_noise_variance(coef),
                                       core.post_noise_variance(post))
-    sq = np.array([np.sum((sc.counterfactual_path(spec, x, y, t0, plan,
+    sq = np.array([np.sum((counterfactual_path(spec, x, y, t0, plan,
                                                   noise=NoiseGuard(plan, test_seed=24_000 + i))[0]
                            - base) ** 2) for i in range(8000)])
     se = sq.std(ddof=1) / math.sqrt(len(sq))
@@ -194,7 +195,7 @@ def test_error_falls_with_epsilon_and_default_beats_paper() -> None:
         spec, plan, x, y = setup(n, t0, h, eps, seed=4)
         f_reg = core.ridge_coefficients(x[:, :t0], y[:t0], float(plan.details["lambda"]))
         base = x[:, t0:].T @ f_reg
-        mc = float(np.mean([np.sum((sc.counterfactual_path(
+        mc = float(np.mean([np.sum((counterfactual_path(
             spec, x, y, t0, plan, noise=NoiseGuard(plan, test_seed=int(rng.integers(2**31))))[0]
                                     - base) ** 2) for _ in range(400)]))
         assert mc < prev_mc

@@ -14,9 +14,10 @@ import pandas as pd
 import pytest
 from scipy import optimize
 
-from dpcausal.methods import synth_control as sc
-from dpcausal.methods import synth_control_core as core
-from dpcausal.spec.synth_control import SynthControlSpec
+from dpcausal.commands.synth_control import dpsc as core
+from dpcausal.commands.synth_control import plan as sc_plan
+from dpcausal.commands.synth_control.method import METHOD
+from dpcausal.commands.synth_control.spec import SynthControlSpec
 
 pytestmark = pytest.mark.statistical
 SLACK = 1e-9
@@ -30,7 +31,7 @@ def planned_sensitivity(mode: str, n: int, t0: int, lam: float, h: int = 2) -> t
         "data": {"path": "p.csv", "columns": {"unit": "unit", "time": "time", "outcome": "y"}},
         "bounds": {"outcome": [-1.0, 1.0]}, "privacy": {"epsilon": 1.0},
         "synth_control": {"target": "T", "treatment_time": t0, "sensitivity": mode, "lambda": lam}})
-    plan = sc.plan(spec, len(frame), {"panel": frame}, rng=np.random.default_rng(0))
+    plan = sc_plan.plan(spec, len(frame), {"panel": frame}, rng=np.random.default_rng(0))
     return plan.events[0].sensitivity, plan.events[1].sensitivity
 
 
@@ -146,15 +147,15 @@ def audit_spec(tmp_path: Any, bounds: list[float], **section: Any) -> SynthContr
     ([-2.0, 2.0], {"step2": "matrix-l2", "lambda": 2.0})])
 def test_gray_box_audit_passes_and_planted_pair_attains_delta(tmp_path: Any, bounds: list[float],
                                                               section: dict[str, Any]) -> None:
-    from dpcausal.audit.privacy import AuditAdapter, run_audit
-    from dpcausal.methods import synth_control_audit as sca
+    from dpcausal.audit.privacy import run_audit
+    from dpcausal.commands.synth_control import audit as sca
     from dpcausal.pipeline import load_side_inputs
 
     spec = audit_spec(tmp_path, bounds, **section)
-    adapter = AuditAdapter(sc.METHOD, "synth_control", *sca.FUNCTIONS)
+    adapter = sca.ADAPTER
     rng = np.random.default_rng(0)
     frame = sca.synthesize(spec, 0, rng)
-    report = run_audit(adapter, spec, frame, load_side_inputs(sc.METHOD, spec), pairs=12, trials=0,
+    report = run_audit(adapter, spec, frame, load_side_inputs(METHOD, spec), pairs=12, trials=0,
                        rng=rng)
     assert not report.violation, report.problems
     assert report.max_sensitivity_ratio <= 1 + 1e-9

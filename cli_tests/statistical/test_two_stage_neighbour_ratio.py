@@ -13,10 +13,14 @@ import pandas as pd
 import pytest
 
 from dpcausal.audit.estimators import epsilon_lower_bound
-from dpcausal.methods import two_stage as ts
-from dpcausal.methods.two_stage_calib import calibrate
-from dpcausal.methods.two_stage_solver import qp_terms, sufficient_stats
-from dpcausal.spec.two_stage import TwoStageSpec
+from dpcausal.commands.two_stage import plan as ts_plan
+from dpcausal.commands.two_stage.calibration import calibrate
+from dpcausal.commands.two_stage.privacy import mechanism, stability_bounds
+from dpcausal.commands.two_stage.setup import build_setup, prepare
+from dpcausal.commands.two_stage.solver import qp_terms, sufficient_stats
+from dpcausal.commands.two_stage.spec import TwoStageSpec
+from dpcausal.commands.two_stage.stage1 import compute_weights
+from dpcausal.commands.two_stage.stage2 import fit_theta
 
 pytestmark = pytest.mark.statistical
 EPS = 1.0
@@ -35,22 +39,22 @@ def _spec() -> TwoStageSpec:
 def _releases(frame: pd.DataFrame, draws: int, seed: int, scale_factor: float = 1.0) -> np.ndarray:
     spec = _spec()
     n = len(frame)
-    plan = ts.plan(spec, n, {}, rng=np.random.default_rng(0))
-    setup = ts.build_setup(spec)
-    data = ts.prepare(spec, setup, frame, None)
-    w = ts.compute_weights(spec, setup, data)
+    plan = ts_plan.plan(spec, n, {}, rng=np.random.default_rng(0))
+    setup = build_setup(spec)
+    data = prepare(spec, setup, frame, None)
+    w = compute_weights(spec, setup, data)
     cal = calibrate(n=n, dim=1, m_x=1.0, m_y=setup.m_y, l1_radius=setup.l1_radius, epsilon=EPS,
                     delta=0.0, eps_split=0.5, noise="gamma",
-                    bounds=ts.stability_bounds(spec, setup, n), mode="safe")
+                    bounds=stability_bounds(spec, setup, n), mode="safe")
     gamma = float(plan.details["gamma"])
-    mech = ts.mechanism(spec, cal, 1)
+    mech = mechanism(spec, cal, 1)
     rng = np.random.default_rng(seed)
     b = np.array([mech.release(np.zeros(1), rng=rng)[0] for _ in range(draws)]) * scale_factor
     h, g = sufficient_stats(data.x, data.t, w)
     p, c0 = qp_terms(h, g, n, gamma, np.zeros(1))
     theta = np.clip(-(c0[0] + b / n) / p[0, 0], -setup.l1_radius, setup.l1_radius)
     for k in range(3):  # the closed form is the production solver's answer
-        assert ts.fit_theta(setup, data, w, gamma, np.array([b[k]]))[0] == pytest.approx(
+        assert fit_theta(setup, data, w, gamma, np.array([b[k]]))[0] == pytest.approx(
             theta[k], abs=1e-9)
     return theta
 

@@ -13,10 +13,14 @@ from scipy import stats
 
 from cli_tests.helpers import assert_three_arm, ks_three_arm
 from cli_tests.unit.test_two_stage_method import frame, make_spec
+from dpcausal.commands.two_stage import plan as ts_plan
+from dpcausal.commands.two_stage.calibration import calibrate
+from dpcausal.commands.two_stage.privacy import mechanism, stability_bounds
+from dpcausal.commands.two_stage.setup import build_setup, prepare
+from dpcausal.commands.two_stage.solver import qp_terms, sufficient_stats
+from dpcausal.commands.two_stage.stage1 import compute_weights
+from dpcausal.commands.two_stage.stage2 import fit_theta
 from dpcausal.mechanisms._rng import noise_generator
-from dpcausal.methods import two_stage as ts
-from dpcausal.methods.two_stage_calib import calibrate
-from dpcausal.methods.two_stage_solver import qp_terms, sufficient_stats
 
 pytestmark = pytest.mark.statistical
 
@@ -26,11 +30,11 @@ def _recovered_noise(noise: str, delta: float, draws: int) -> tuple[np.ndarray, 
                      gamma=1e4)
     n = 60
     df = frame(n, seed=2)
-    plan = ts.plan(spec, n, {}, rng=np.random.default_rng(0))
-    setup = ts.build_setup(spec)
-    data = ts.prepare(spec, setup, df, None)
-    w = ts.compute_weights(spec, setup, data)
-    bounds = ts.stability_bounds(spec, setup, n)
+    plan = ts_plan.plan(spec, n, {}, rng=np.random.default_rng(0))
+    setup = build_setup(spec)
+    data = prepare(spec, setup, df, None)
+    w = compute_weights(spec, setup, data)
+    bounds = stability_bounds(spec, setup, n)
     cal = calibrate(n=n, dim=setup.fmap.dim, m_x=1.0, m_y=setup.m_y, l1_radius=setup.l1_radius,
                     epsilon=2.0, delta=delta, eps_split=0.5, noise=noise, bounds=bounds,
                     mode="safe")
@@ -41,9 +45,9 @@ def _recovered_noise(noise: str, delta: float, draws: int) -> tuple[np.ndarray, 
     noise_rng = noise_generator(12345)
     out = []
     for _ in range(draws):
-        mech = ts.mechanism(spec, cal, setup.fmap.dim)
+        mech = mechanism(spec, cal, setup.fmap.dim)
         b = mech.release(np.zeros(setup.fmap.dim), rng=noise_rng)
-        theta = ts.fit_theta(setup, data, w, gamma, b)
+        theta = fit_theta(setup, data, w, gamma, b)
         out.append(2.0 * g - n * (p @ theta))
     return np.array(out), cal.scale
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpcausal.methods.two_stage_audit import (
+from cli_tests.two_stage_privacy_loss import (
     calibrated_uniform,
     structured_witness_loss,
     uniform_weight_search,
@@ -94,8 +94,8 @@ def test_gaussian_safe_tail_below_delta(n: int) -> None:
 
     (Outputs on the ℓ₁ sphere are not covered by the interior formula and are excluded.)
     """
-    from dpcausal.methods.two_stage_audit import privacy_loss_gaussian_mc, structured_witness
-    from dpcausal.methods.two_stage_calib import calibrate, uniform_bounds
+    from cli_tests.two_stage_privacy_loss import privacy_loss_gaussian_mc, structured_witness
+    from dpcausal.commands.two_stage.calibration import calibrate, uniform_bounds
 
     eps, delta, l1 = 1.0, 1e-3, 50.0
     cal = calibrate(n=n, dim=2, m_x=1.0, m_y=1.0, l1_radius=l1, epsilon=eps, delta=delta,

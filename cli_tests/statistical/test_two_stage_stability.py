@@ -12,8 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from dpcausal.methods import two_stage_weights as wts
-from dpcausal.methods.two_stage_calib import (
+from dpcausal.commands.two_stage import dual
+from dpcausal.commands.two_stage import weights as wts
+from dpcausal.commands.two_stage.calibration import (
     ipw_known_bounds,
     ipw_rct_bounds,
     uniform_bounds,
@@ -192,12 +193,12 @@ def _logit_case(n: int, p: int, rng: np.random.Generator, kind: str) -> tuple[np
                                                (3.0, 0.1)])
 @pytest.mark.parametrize("n", [20, 300, 3000])
 def test_ipw_logit_proven_bound(n: int, radius: float, ridge: float) -> None:
-    from dpcausal.methods.two_stage_calib import ipw_logit_bounds
+    from dpcausal.commands.two_stage.calibration import ipw_logit_bounds
 
     p = 3
     m_w = math.sqrt(1 + p)
     bounds = ipw_logit_bounds(n, m_w=m_w, radius=radius, ridge=ridge,
-                              lambda_slack=wts.LOGIT_LAMBDA_SLACK)
+                              lambda_slack=dual.LOGIT_LAMBDA_SLACK)
     rng = np.random.default_rng(int(100 * radius + ridge + n))
 
     def weights(s: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -233,11 +234,11 @@ def test_ipw_logit_proven_bound(n: int, radius: float, ridge: float) -> None:
 
 @pytest.mark.parametrize(("radius", "ridge"), [(1.0, 1.0), (0.1, 100.0)])
 def test_ipw_logit_proven_bound_large_n(radius: float, ridge: float) -> None:
-    from dpcausal.methods.two_stage_calib import ipw_logit_bounds
+    from dpcausal.commands.two_stage.calibration import ipw_logit_bounds
 
     n, p = 100_000, 3
     bounds = ipw_logit_bounds(n, m_w=2.0, radius=radius, ridge=ridge,
-                              lambda_slack=wts.LOGIT_LAMBDA_SLACK)
+                              lambda_slack=dual.LOGIT_LAMBDA_SLACK)
     s, a = _logit_case(n, p, np.random.default_rng(5), "random")
 
     def weights(ss: np.ndarray, aa: np.ndarray) -> np.ndarray:
@@ -260,11 +261,11 @@ def _ebw(s: np.ndarray, a: np.ndarray, radius: float, ridge: float, kappa: float
 @pytest.mark.parametrize("n", [50, 500, 5000])
 def test_ebw_proven_bound(n: int, radius: float, ridge: float) -> None:
     """Arm switches at tiny arms and around the clip threshold n_a ≈ κn/M_g, corners, confounding."""
-    from dpcausal.methods.two_stage_calib import ebw_bounds
+    from dpcausal.commands.two_stage.calibration import ebw_bounds
 
     p, kappa = 3, 0.1
     bounds = ebw_bounds(n, m_g=2.0, kappa=kappa, radius=radius, ridge=ridge,
-                        lambda_slack=wts.LOGIT_LAMBDA_SLACK)
+                        lambda_slack=dual.LOGIT_LAMBDA_SLACK)
     rng = np.random.default_rng(n + int(10 * radius))
     thr = int(kappa * n / 2.0)
     for n1 in sorted({1, 2, max(1, thr - 1), thr, thr + 1, n // 2}):
@@ -283,11 +284,11 @@ def test_ebw_proven_bound(n: int, radius: float, ridge: float) -> None:
 
 
 def test_ebw_proven_bound_large_n() -> None:
-    from dpcausal.methods.two_stage_calib import ebw_bounds
+    from dpcausal.commands.two_stage.calibration import ebw_bounds
 
     n, kappa = 100_000, 0.1
     bounds = ebw_bounds(n, m_g=2.0, kappa=kappa, radius=0.5, ridge=10.0,
-                        lambda_slack=wts.LOGIT_LAMBDA_SLACK)
+                        lambda_slack=dual.LOGIT_LAMBDA_SLACK)
     rng = np.random.default_rng(9)
     s = rng.uniform(-1, 1, (n, 3))
     a = np.zeros(n, dtype=bool)

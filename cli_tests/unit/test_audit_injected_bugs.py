@@ -88,13 +88,15 @@ def test_a_refusal_on_one_side_of_a_pair_is_a_violation(workdir: Path,
 
 def test_a_refusal_on_every_data_set_is_a_usage_error(workdir: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpcausal.commands.owl import audit as owl_audit
+    from dpcausal.commands.owl import estimate as owl_estimate
     from dpcausal.errors import SolverError
-    from dpcausal.methods import owl
 
     def never(*args: Any) -> Any:
         raise SolverError("the solver did not converge")
 
-    monkeypatch.setattr(owl, "fit_nonprivate", never)
+    for module in (owl_estimate, owl_audit):
+        monkeypatch.setattr(module, "fit_nonprivate", never)
     code, _, err = audit("configs/owl.yaml")
     assert code == 2, err
 

@@ -15,8 +15,8 @@ from cli_tests.helpers import invoke, write_yaml
 from cli_tests.injected_bugs import bad_radius_noise, one_d_radius
 from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.audit.estimators import epsilon_lower_bound, event_loss
+from dpcausal.commands.owl.setup import OwlSetup
 from dpcausal.mechanisms import GaussianMechanism, L2LaplaceMechanism
-from dpcausal.methods import owl
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -94,8 +94,8 @@ def test_audit_on_user_data(small_owl_spec: Path) -> None:
 
 def test_audit_fails_owl_with_understated_sensitivity(small_owl_spec: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    real = owl.OwlSetup.sensitivity
-    monkeypatch.setattr(owl.OwlSetup, "sensitivity", lambda self, g: real(self, g) / 8)
+    real = OwlSetup.sensitivity
+    monkeypatch.setattr(OwlSetup, "sensitivity", lambda self, g: real(self, g) / 8)
     res = invoke(["audit", "privacy", "--spec", small_owl_spec, "--rows", "10", "--pairs", "6",
                   "--trials", "0"])
     assert res.exit_code == 4, res.output

@@ -18,10 +18,12 @@ from sklearn.tree import DecisionTreeRegressor
 from cli_tests.helpers import invoke, write_yaml
 from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.audit.estimators import event_loss
+from dpcausal.commands.select_policy import audit as spa
+from dpcausal.commands.select_policy import estimate as sp_estimate
+from dpcausal.commands.select_policy import setup as sp_setup
+from dpcausal.commands.select_policy.setup import STAGE_CHOICE, STAGE_VALUE, split_indices
+from dpcausal.commands.select_policy.spec import SelectPolicySpec
 from dpcausal.learners import CertifiedLogistic, CertifiedRidge, UnitBoxFeatures
-from dpcausal.methods import select_policy as sp
-from dpcausal.methods import select_policy_audit as spa
-from dpcausal.spec.select_policy import SelectPolicySpec
 
 REPO = Path(__file__).resolve().parents[2]
 FloatArray = npt.NDArray[np.float64]
@@ -71,7 +73,7 @@ def test_select_policy_neighbours_replace_one_row_in_place(workdir: Path) -> Non
     rng = np.random.default_rng(0)
     frame = spa.synthesize(spec, 60, rng)
     # the gray-box split the audit conditions on (the command's default split is secret/random)
-    tr, sc_rows = sp.split_indices(spa.audit_spec(spec), 60, 30)
+    tr, sc_rows = split_indices(spa.audit_spec(spec), 60, 30)
     kinds = []
     for name, first, other in spa.neighbours(spec, frame, rng, 8):
         base = frame if first is None else first
@@ -120,16 +122,16 @@ class FlexibleNuisance:
 
 def break_select_policy(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     """The paper's naive calibration Δ = 2B_ψ with a flexible nuisance learner (test fixture)."""
-    monkeypatch.setattr(sp, "fit_nuisance",
+    monkeypatch.setattr(sp_estimate, "fit_nuisance",
                         lambda fmap, ridge, logistic, x, t, y: FlexibleNuisance(
                             kind, fmap, ridge, logistic, x, t, y))
-    real = sp.certify_spillover
+    real = sp_setup.certify_spillover
 
     def naive(**kw: Any) -> Any:
         cert = real(**kw)
         return dataclasses.replace(cert, delta_cert=cert.floor_2Bpsi)
 
-    monkeypatch.setattr(sp, "certify_spillover", naive)
+    monkeypatch.setattr(sp_setup, "certify_spillover", naive)
 
 
 @pytest.mark.parametrize("kind", ["1nn", "tree"])
@@ -166,7 +168,7 @@ def test_audit_passes_select_policy_with_value_release(workdir: Path) -> None:
     code, report, err = audit(spec, "--rows", "120", "--pairs", "8", "--trials", "0")
     assert code == 0, err
     assert report["claimed"]["epsilon"] == pytest.approx(1.5)
-    assert set(report["gray_box"]["max_loss_per_stage"]) == {sp.STAGE_CHOICE, sp.STAGE_VALUE}
+    assert set(report["gray_box"]["max_loss_per_stage"]) == {STAGE_CHOICE, STAGE_VALUE}
 
 
 # ------------------------------------------------------------------ cate
@@ -213,8 +215,8 @@ def test_audit_passes_cate_rff(workdir: Path) -> None:
 
 
 def test_cate_neighbours_stay_in_their_half(workdir: Path) -> None:
-    from dpcausal.methods import cate_audit
-    from dpcausal.spec.cate import CateSpec
+    from dpcausal.commands.cate import audit as cate_audit
+    from dpcausal.commands.cate.spec import CateSpec
 
     spec = CateSpec.model_validate(yaml.safe_load(cate_spec(workdir).read_text()))
     rng = np.random.default_rng(1)
@@ -232,7 +234,7 @@ def test_cate_neighbours_stay_in_their_half(workdir: Path) -> None:
 
 def test_audit_fails_cate_with_understated_rkhs_sensitivity(
         workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dpcausal.methods.cate_setup import CateSetup
+    from dpcausal.commands.cate.setup import CateSetup
 
     real = CateSetup.rkhs_sensitivity
     monkeypatch.setattr(CateSetup, "rkhs_sensitivity",
@@ -283,16 +285,16 @@ def _witness_rows(records: list[int]) -> Any:
 def unit_disc_witness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """Test fixture: the paper's domain ‖x‖ ≤ 1 (the shipped maxabs map only reaches the inscribed
     square) via a polar feature map, and the audit's neighbours replaced by the witness pair."""
-    from dpcausal.audit import adapters
-    from dpcausal.methods import owl_features
+    from dpcausal.commands.common import linear_rule as owl_features
+    from dpcausal.commands.two_stage import audit as two_stage_audit
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(owl_features.FeatureMap, "_transform_linear",
                         lambda self, x, block=8192: np.column_stack(
                             [x[:, 0] * np.cos(x[:, 1]), x[:, 0] * np.sin(x[:, 1])]))
     d, dp = _witness_rows([0, 1, 2, 3]), _witness_rows([0, 1, 2, 4])
-    real = adapters.ADAPTERS["two_stage"]
-    monkeypatch.setitem(adapters.ADAPTERS, "two_stage", dataclasses.replace(
+    real = two_stage_audit.ADAPTER
+    monkeypatch.setattr(two_stage_audit, "ADAPTER", dataclasses.replace(
         real, synthesize=lambda spec, n, rng: d,
         neighbours=lambda spec, frame, rng, k: iter([("spec §2.7 [E] witness", d, dp)] * k)))
 

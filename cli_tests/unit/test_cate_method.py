@@ -13,13 +13,14 @@ from scipy import optimize
 from sklearn.kernel_ridge import KernelRidge
 from sklearn.linear_model import LogisticRegression, Ridge
 
+from dpcausal.commands.cate.estimate import halves, run
+from dpcausal.commands.cate.krr import fit_krr, huber_value, pseudo_outcomes
+from dpcausal.commands.cate.plan import plan
+from dpcausal.commands.cate.setup import build_setup, noise_factor, query_points, side_inputs
+from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.errors import DataError, MissingBoundsError, SpecError, UncertifiedModeError
 from dpcausal.mechanisms import NoiseGuard
 from dpcausal.mechanisms.gaussian_process import gaussian_kernel
-from dpcausal.methods import cate
-from dpcausal.methods.cate_krr import fit_krr, huber_value, pseudo_outcomes
-from dpcausal.methods.cate_setup import build_setup, noise_factor
-from dpcausal.spec.cate import CateSpec
 
 
 def theta1(x: np.ndarray) -> np.ndarray:
@@ -113,7 +114,7 @@ def test_huber_krr_is_the_exact_minimiser() -> None:
 def _reference_tau(frame: pd.DataFrame, spec: CateSpec, grid: np.ndarray) -> np.ndarray:
     """An independent R/DR-learner: sklearn nuisances on D̃, sklearn KernelRidge on D."""
     setup = build_setup(spec, len(frame))
-    first, second = cate.halves(spec, setup)
+    first, second = halves(spec, setup)
     d1, d2 = frame.iloc[first], frame.iloc[second]
     box = setup.box
     nu = spec.cate.nuisance
@@ -143,8 +144,8 @@ def test_at_huge_epsilon_the_release_equals_a_reference_learner(learner: str) ->
     frame = dataset1(600, 3)
     spec = make_spec(learner=learner, huber_c=1e4, bandwidth=0.3, ridge=0.01,
                      privacy={"epsilon": 1e20, "delta": 1e-6})
-    pl = cate.plan(spec, len(frame), {}, rng=np.random.default_rng(0))
-    rel = cate.run(spec, frame, pl, {}, rng=np.random.default_rng(0),
+    pl = plan(spec, len(frame), {}, rng=np.random.default_rng(0))
+    rel = run(spec, frame, pl, {}, rng=np.random.default_rng(0),
                    noise=NoiseGuard(pl, test_seed=1))
     table = rel.tables["cate"]
     ref = _reference_tau(frame, spec, table[["x0", "x1"]].to_numpy())
@@ -154,7 +155,7 @@ def test_at_huge_epsilon_the_release_equals_a_reference_learner(learner: str) ->
 
 def test_plan_events_and_parallel_composition() -> None:
     spec = make_spec(privacy={"epsilon": 2.0, "delta": 1e-6})
-    pl = cate.plan(spec, 1000, {}, rng=np.random.default_rng(0))
+    pl = plan(spec, 1000, {}, rng=np.random.default_rng(0))
     kinds = [e.kind for e in pl.events]
     assert kinds == ["gaussian", "gaussian", "gaussian_process"]
     assert [e.partition for e in pl.events] == ["cate.halves/nuisance"] * 2 + [
@@ -193,14 +194,14 @@ def test_sensitivity_formula_max_is_never_below_corrected_and_paper_refused_when
 
 def test_queries_mode_is_asymptotic_and_scales_like_one_over_epsilon() -> None:
     spec = make_spec(mode="queries", gamma_method="certified")
-    pl = cate.plan(spec, 1000, {}, rng=np.random.default_rng(0))
+    pl = plan(spec, 1000, {}, rng=np.random.default_rng(0))
     assert pl.guarantee == "asymptotic"
     ev = pl.events[2]
     assert ev.kind == "gaussian" and ev.partition == "cate.halves/second-stage"
     spec2 = make_spec(mode="queries", gamma_method="certified", privacy={"epsilon": 2.0})
-    ev2 = cate.plan(spec2, 1000, {}, rng=np.random.default_rng(0)).events[2]
+    ev2 = plan(spec2, 1000, {}, rng=np.random.default_rng(0)).events[2]
     assert ev2.noise_scale == pytest.approx(ev.noise_scale / 2)
-    search = cate.plan(make_spec(mode="queries"), 1000, {}, rng=np.random.default_rng(0))
+    search = plan(make_spec(mode="queries"), 1000, {}, rng=np.random.default_rng(0))
     assert "per unit of gamma" in search.events[2].params["scale_is"]
 
 
@@ -208,8 +209,8 @@ def test_queries_mode_search_release_is_close_at_large_epsilon() -> None:
     frame = dataset1(400, 4)
     spec = make_spec(mode="queries", bandwidth=0.3, ridge=0.01, search_points=256,
                      privacy={"epsilon": 1e9, "delta": 1e-6})
-    pl = cate.plan(spec, len(frame), {}, rng=np.random.default_rng(0))
-    rel = cate.run(spec, frame, pl, {}, rng=np.random.default_rng(0),
+    pl = plan(spec, len(frame), {}, rng=np.random.default_rng(0))
+    rel = run(spec, frame, pl, {}, rng=np.random.default_rng(0),
                    noise=NoiseGuard(pl, test_seed=2))
     t = rel.tables["cate"]
     err = np.sqrt(np.mean((t["cate"] - theta1(t[["x0", "x1"]].to_numpy())) ** 2))
@@ -230,24 +231,24 @@ def test_guards(over: dict, exc: type, match: str) -> None:
     if over.get("privacy", {}).get("delta") == 1e-9:
         n = 30_000
     with pytest.raises(exc, match=match):
-        cate.plan(make_spec(**over), n, {}, rng=np.random.default_rng(0))
+        plan(make_spec(**over), n, {}, rng=np.random.default_rng(0))
 
 
 def test_missing_bounds_and_bad_treatment() -> None:
     doc = make_spec().model_dump(mode="json")
     doc["bounds"]["outcome"] = None
     with pytest.raises(MissingBoundsError, match=r"bounds\.outcome"):
-        cate.plan(CateSpec.model_validate(doc), 1000, {}, rng=np.random.default_rng(0))
+        plan(CateSpec.model_validate(doc), 1000, {}, rng=np.random.default_rng(0))
     doc = make_spec().model_dump(mode="json")
     doc["bounds"]["covariates"] = {"x0": [0, 1]}
     with pytest.raises(MissingBoundsError, match="x1"):
-        cate.plan(CateSpec.model_validate(doc), 1000, {}, rng=np.random.default_rng(0))
+        plan(CateSpec.model_validate(doc), 1000, {}, rng=np.random.default_rng(0))
     frame = dataset1(200, 5)
     frame.loc[7, "A"] = 2
     spec = make_spec()
-    pl = cate.plan(spec, 200, {}, rng=np.random.default_rng(0))
+    pl = plan(spec, 200, {}, rng=np.random.default_rng(0))
     with pytest.raises(DataError, match="column 'A' must hold only 0 and 1"):
-        cate.run(spec, frame, pl, {}, rng=np.random.default_rng(0),
+        run(spec, frame, pl, {}, rng=np.random.default_rng(0),
                  noise=NoiseGuard(pl, test_seed=0))
 
 
@@ -266,15 +267,15 @@ def test_query_file_must_not_be_the_data(tmp_path: Path) -> None:
     doc["cate"]["queries"] = str(tmp_path / "d.csv")
     doc["data"]["path"] = str(tmp_path / "d.csv")
     with pytest.raises(SpecError, match="sensitive data file"):
-        cate.side_inputs(CateSpec.model_validate(doc))
+        side_inputs(CateSpec.model_validate(doc))
 
 
 def test_two_dimensional_grid_and_fixed_covariates() -> None:
     frame = dataset1(300, 6)
     spec = make_spec(grid={"points": 9}, privacy={"epsilon": 2.0})
-    pl = cate.plan(spec, len(frame), {}, rng=np.random.default_rng(0))
+    pl = plan(spec, len(frame), {}, rng=np.random.default_rng(0))
     assert pl.details["queries"] == 81
-    rel = cate.run(spec, frame, pl, {}, rng=np.random.default_rng(0),
+    rel = run(spec, frame, pl, {}, rng=np.random.default_rng(0),
                    noise=NoiseGuard(pl, test_seed=1))
     table = rel.tables["cate"]
     assert list(table.columns) == ["x0", "x1", "cate"] and len(table) == 81
@@ -283,8 +284,8 @@ def test_two_dimensional_grid_and_fixed_covariates() -> None:
     doc["data"]["columns"]["covariates"] = ["x0", "x1", "x2"]
     doc["cate"]["grid"] = {"points": 4}
     with pytest.raises(SpecError, match=r"cate\.grid\.vary"):
-        cate.plan(CateSpec.model_validate(doc), 500, {}, rng=np.random.default_rng(0))
+        plan(CateSpec.model_validate(doc), 500, {}, rng=np.random.default_rng(0))
     doc["cate"]["grid"] = {"vary": ["x2"], "fixed": {"x0": 0.25}}
-    grid = cate.query_points(CateSpec.model_validate(doc), build_setup(
+    grid = query_points(CateSpec.model_validate(doc), build_setup(
         CateSpec.model_validate(doc), 500), {})
     assert len(grid) == 101 and np.all(grid["x0"] == 0.25) and np.all(grid["x1"] == 0.5)

@@ -9,14 +9,17 @@ from sklearn.linear_model import Ridge
 
 from cli_tests.helpers import assert_three_arm, ks_three_arm
 from cli_tests.unit.test_cate_method import dataset1, make_spec
+from dpcausal.commands.cate import rff as cate_rff
+from dpcausal.commands.cate.estimate import prepare, run, second_stage_rff
+from dpcausal.commands.cate.krr import huber_value, pseudo_outcomes
+from dpcausal.commands.cate.plan import plan
+from dpcausal.commands.cate.privacy import function_mechanism, nuisance_learners
+from dpcausal.commands.cate.rff import FourierFeatures, fit_rff, fit_rff_streaming
+from dpcausal.commands.cate.setup import build_setup, rff_features
 from dpcausal.learners.dp_logistic import PropensityModel
 from dpcausal.learners.dp_ridge import OutcomeModel
 from dpcausal.mechanisms import GaussianProcessMechanism, NoiseGuard
 from dpcausal.mechanisms.gaussian_process import gaussian_kernel
-from dpcausal.methods import cate, cate_rff
-from dpcausal.methods.cate_krr import huber_value, pseudo_outcomes
-from dpcausal.methods.cate_rff import FourierFeatures, fit_rff, fit_rff_streaming
-from dpcausal.methods.cate_setup import build_setup
 
 
 def test_features_have_unit_norm_and_approximate_the_gaussian_kernel() -> None:
@@ -54,15 +57,15 @@ def test_weight_sensitivity_holds_over_adversarial_neighbours() -> None:
     outm = OutcomeModel(setup.box, rng.normal(0, 3, (2, 3)), 4.0, setup.y_bounds)
     frame = dataset1(n, 6)
     x, a, y = frame[["x0", "x1"]].to_numpy(), frame["A"].to_numpy(), frame["Y"].to_numpy()
-    feats = cate.rff_features(spec, setup)
-    base = cate.second_stage_rff(setup, feats, prop, outm, x, a, y)
+    feats = rff_features(spec, setup)
+    base = second_stage_rff(setup, feats, prop, outm, x, a, y)
     worst = 0.0
     for t in range(120):
         j = int(rng.integers(n))
         x2, a2, y2 = x.copy(), a.copy(), y.copy()
         x2[j] = (rng.uniform(size=2) < 0.5).astype(float)
         a2[j], y2[j] = float(t % 2), [-1.0, 9.0][(t // 2) % 2]
-        other = cate.second_stage_rff(setup, feats, prop, outm, x2, a2, y2)
+        other = second_stage_rff(setup, feats, prop, outm, x2, a2, y2)
         worst = max(worst, float(np.linalg.norm(other - base)))
     assert 0.1 * setup.rkhs_sensitivity < worst <= setup.rkhs_sensitivity
 
@@ -78,9 +81,9 @@ def test_release_weights_noise_law() -> None:
 def test_rff_release_document_reproduces_the_table() -> None:
     frame = dataset1(500, 8)
     spec = make_spec(features="rff", rff_dim=50, privacy={"epsilon": 3.0})
-    pl = cate.plan(spec, len(frame), {}, rng=np.random.default_rng(0))
+    pl = plan(spec, len(frame), {}, rng=np.random.default_rng(0))
     assert "random Fourier" in pl.events[2].params["kernel"]
-    rel = cate.run(spec, frame, pl, {}, rng=np.random.default_rng(0),
+    rel = run(spec, frame, pl, {}, rng=np.random.default_rng(0),
                    noise=NoiseGuard(pl, test_seed=9))
     doc = rel.documents["cate_function.json"]
     table = rel.tables["cate"]
@@ -95,7 +98,7 @@ def test_rff_release_document_reproduces_the_table() -> None:
 def _dense_reference_fit(z: np.ndarray, rho: np.ndarray, phi: np.ndarray, lam0: float,
                          c: float | None, grad_tol: float) -> np.ndarray:
     """The pre-streaming solver (all of Z in memory, Hessian rebuilt each iteration), verbatim."""
-    from dpcausal.methods.cate_krr import huber_derivative
+    from dpcausal.commands.cate.krr import huber_derivative
 
     n, p = z.shape
 
@@ -149,7 +152,7 @@ def test_the_returned_weights_meet_the_tolerance_at_z_w_computed_from_scratch(
 ) -> None:
     """The certificate ‖∇J(w)‖ ≤ tol (on which Δ's tol/λ0 term rests) holds for the returned w
     itself, with f = Zw recomputed here, not only at the solver's accumulated f."""
-    from dpcausal.methods.cate_krr import huber_derivative
+    from dpcausal.commands.cate.krr import huber_derivative
 
     rng = np.random.default_rng(21)
     n, lam0, tol = 800, 0.01, 1e-11
@@ -164,25 +167,25 @@ def test_streamed_release_equals_the_in_memory_release(monkeypatch: pytest.Monke
     """Same data, same noise seed: the streamed pipeline releases what the in-memory one did."""
     frame = dataset1(700, 13)
     spec = make_spec(features="rff", rff_dim=30, privacy={"epsilon": 3.0})
-    pl = cate.plan(spec, len(frame), {}, rng=np.random.default_rng(0))
+    pl = plan(spec, len(frame), {}, rng=np.random.default_rng(0))
     monkeypatch.setattr(cate_rff, "BLOCK_BYTES", 8 * 60 * 41)  # 41-row blocks
     monkeypatch.setattr(cate_rff, "CACHE_MB", 0.0)
-    rel = cate.run(spec, frame, pl, {}, rng=np.random.default_rng(0),
+    rel = run(spec, frame, pl, {}, rng=np.random.default_rng(0),
                    noise=NoiseGuard(pl, test_seed=9))
     streamed = rel.tables["cate"]["cate"].to_numpy()
     # the in-memory path, step by step
     setup = build_setup(spec, len(frame))
-    data = cate.prepare(spec, setup, frame)
+    data = prepare(spec, setup, frame)
     noise = NoiseGuard(pl, test_seed=9)
-    prop_l, out_l = cate.nuisance_learners(spec, setup)
+    prop_l, out_l = nuisance_learners(spec, setup)
     prop = prop_l.fit(data.x1, data.a1, clip=setup.kappa, noise=noise)
     outm = out_l.fit(data.x1, data.a1, data.y1, noise=noise)
     rho, phi = pseudo_outcomes(setup.learner, data.a2, data.y2, prop.predict(data.x2),
                                outm.predict(data.x2, 0), outm.predict(data.x2, 1))
-    feats = cate.rff_features(spec, setup)
+    feats = rff_features(spec, setup)
     w = _dense_reference_fit(feats.transform(setup.box.unit(data.x2)), rho, phi, setup.lam0,
                              setup.huber_c, setup.grad_tol)
-    weights = noise.release_weights(cate.function_mechanism(spec, setup), w)
+    weights = noise.release_weights(function_mechanism(spec, setup), w)
     table = rel.tables["cate"]
     sq = setup.box.unit(table[["x0", "x1"]].to_numpy())
     assert np.allclose(streamed, feats.transform(sq) @ weights, rtol=0, atol=1e-9)

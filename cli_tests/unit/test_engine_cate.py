@@ -9,15 +9,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dpcausal.engine import cate as engine_cate
-from dpcausal.engine import cate_rff as ecr
+from dpcausal.commands.cate import engine as engine_cate
+from dpcausal.commands.cate import engine_rff as ecr
+from dpcausal.commands.cate import rff as cate_rff
+from dpcausal.commands.cate.rff import FourierFeatures, fit_rff
 from dpcausal.engine import split
 from dpcausal.engine.base import tree_add
 from dpcausal.errors import SolverError
 from dpcausal.learners.dp_logistic import fit_logistic
 from dpcausal.learners.dp_ridge import fit_ridge_arms, solve_ridge_arms
-from dpcausal.methods import cate_rff
-from dpcausal.methods.cate_rff import FourierFeatures, fit_rff
 
 CUTS = [0, 100, 101, 450, 1003]
 """Uneven batches, one of a single row."""
@@ -119,8 +119,8 @@ def test_nuisance_passes_equal_the_in_memory_learners() -> None:
 def test_the_split_is_the_in_memory_permutation_by_global_row_index() -> None:
     """Any cut of the rows into batches selects the same D̃ rows as the in-memory split."""
     from cli_tests.unit.test_cate_method import make_spec
-    from dpcausal.methods.cate import halves
-    from dpcausal.methods.cate_setup import build_setup
+    from dpcausal.commands.cate.estimate import halves
+    from dpcausal.commands.cate.setup import build_setup
 
     spec = make_spec(features="rff", split={"kind": "seeded", "seed": 3}, first_half_fraction=0.4)
     setup = build_setup(spec, 1237)

@@ -12,13 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
-from dpcausal.engine import runner_for
+from dpcausal.commands import by_name
+from dpcausal.commands.owl.spec import OwlSpec
 from dpcausal.engine.base import plan_pieces, tree_add
 from dpcausal.engine.local import LocalEngine
 from dpcausal.errors import DataError, SpecError
 from dpcausal.io import tables
 from dpcausal.spec.base import EngineSpec
-from dpcausal.spec.owl import OwlSpec
 
 
 def _parts(root: Path, sizes: list[int], row_group: int) -> Path:
@@ -111,9 +111,9 @@ def test_engine_spec_and_overrides() -> None:
 
 
 def test_commands_without_an_engine_path_are_refused() -> None:
-    assert callable(runner_for("owl")) and callable(runner_for("cate"))
+    assert callable(by_name("owl").engine_run()) and callable(by_name("cate").engine_run())
     with pytest.raises(SpecError, match="no engine path"):
-        runner_for("synth-control")
+        by_name("synth-control").engine_run()
 
 
 @pytest.mark.parametrize("cache_batches", [0, 2, 100])
@@ -144,8 +144,8 @@ def test_csv_stream_types_do_not_depend_on_block_boundaries(
     """Every column kind pyarrow infers in memory (int, double, bool text, labels, all-missing),
     with its odd value placed late: the streamed batches convert to exactly the in-memory values
     whatever the block size (tables.csv_column_types)."""
+    from dpcausal.commands.common.arms import label_matches
     from dpcausal.engine.base import iter_piece
-    from dpcausal.methods._arms import label_matches
 
     n = 4_000
     rng = np.random.default_rng(5)

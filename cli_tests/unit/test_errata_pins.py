@@ -20,14 +20,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dpcausal.commands.cate.estimate import second_stage, second_stage_rff
+from dpcausal.commands.cate.krr import rkhs_distance
+from dpcausal.commands.cate.privacy import nuisance_learners
+from dpcausal.commands.cate.setup import build_setup, rff_features
+from dpcausal.commands.cate.spec import CateSpec
+from dpcausal.commands.owl import estimate as owl_estimate
+from dpcausal.commands.owl import setup as owl_setup
+from dpcausal.commands.owl import tune as owl_tune
+from dpcausal.commands.owl.setup import Prepared, prepare
+from dpcausal.commands.owl.spec import OwlSpec
 from dpcausal.learners import CertifiedLogistic
 from dpcausal.learners.dp_logistic import PropensityModel
-from dpcausal.methods import cate, owl
-from dpcausal.methods.cate_krr import rkhs_distance
-from dpcausal.methods.cate_setup import build_setup
 from dpcausal.solvers import erm
-from dpcausal.spec.cate import CateSpec
-from dpcausal.spec.owl import OwlSpec
 
 # ------------------------------------------------------------------ cate: ρ from the clipped π̂
 
@@ -62,13 +67,13 @@ def test_cate_rho_comes_from_the_clipped_propensity(features: str) -> None:
     y2[0] = 0.0
     prop = PropensityModel(setup.box, np.array([-40.0, 0.0, 0.0]), setup.kappa)  # σ ≈ 1e-9
     assert prop.predict(x).min() == setup.kappa
-    outm = cate.nuisance_learners(spec, setup)[1].model(np.zeros((2, setup.box.dim)))
+    outm = nuisance_learners(spec, setup)[1].model(np.zeros((2, setup.box.dim)))
     if features == "exact":
-        fits = [cate.second_stage(setup, prop, outm, x, a, yy)[0] for yy in (y, y2)]
+        fits = [second_stage(setup, prop, outm, x, a, yy)[0] for yy in (y, y2)]
         shift = rkhs_distance(*fits)
     else:
-        feats = cate.rff_features(spec, setup)
-        ws = [cate.second_stage_rff(setup, feats, prop, outm, x, a, yy) for yy in (y, y2)]
+        feats = rff_features(spec, setup)
+        ws = [second_stage_rff(setup, feats, prop, outm, x, a, yy) for yy in (y, y2)]
         shift = float(np.linalg.norm(ws[0] - ws[1]))
     assert shift <= setup.rkhs_sensitivity
     assert shift > 0.95 * setup.rkhs_sensitivity  # attained: a 10.8 % larger ρ would exceed it
@@ -95,21 +100,21 @@ def _record_tuning(monkeypatch: pytest.MonkeyPatch, n0: int, n: int, m: int | No
                            "A": rng.integers(0, 2, n0), "B": rng.normal(size=n0)})
     spec = _owl_spec(tune={"public_data": "pub.csv", "grid": [1.0], "repeats": 4, "seed": 5,
                            **({"validation_size": m} if m is not None else {})})
-    setup = owl.build_setup(spec)
+    setup = owl_setup.build_setup(spec)
     col = 1 if setup.fmap.intercept else 0  # x1's column in v
 
-    def rows(prepared: owl.Prepared) -> list[int]:
+    def rows(prepared: Prepared) -> list[int]:
         v1 = prepared.v[:, col] * np.sqrt(setup.fmap.dim)  # minmax: x1 itself
         return [round(float(t) * n0) for t in v1]
 
     trains: list[list[int]] = []
     valids: list[list[int]] = []
-    real_fit, real_value = owl.fit_nonprivate, owl.value_hajek
-    monkeypatch.setattr(owl, "fit_nonprivate",
+    real_fit, real_value = owl_tune.fit_nonprivate, owl_tune.value_hajek
+    monkeypatch.setattr(owl_tune, "fit_nonprivate",
                         lambda s, tr, g: (trains.append(rows(tr)), real_fit(s, tr, g))[1])
-    monkeypatch.setattr(owl, "value_hajek",
+    monkeypatch.setattr(owl_tune, "value_hajek",
                         lambda pred, va: (valids.append(rows(va)), real_value(pred, va))[1])
-    owl.tune_gamma(spec, setup, public, n=n, epsilon=1.0)
+    owl_tune.tune_gamma(spec, setup, public, n=n, epsilon=1.0)
     return trains, valids
 
 
@@ -186,7 +191,7 @@ def test_owl_solver_slack_is_in_the_sensitivity(monkeypatch: pytest.MonkeyPatch)
     each side: the released pre-noise vectors then differ by more than 2W/γ and by no more than
     Δ = (2W + 2τ)/γ. The solver is run with exactly that τ."""
     spec = _owl_spec(gamma=40.0, eta=0.0)
-    setup = owl.build_setup(spec)
+    setup = owl_setup.build_setup(spec)
     gamma, w_bound, tau = 40.0, setup.weight_bound, setup.grad_tol
     frame = pd.DataFrame({"x1": [1.0, 0.3, 0.6], "x2": [1.0, 0.2, 0.9], "A": [1, 0, 1],
                           "B": [3.0, -3.0, -3.0]})
@@ -194,12 +199,12 @@ def test_owl_solver_slack_is_in_the_sensitivity(monkeypatch: pytest.MonkeyPatch)
     other.loc[0, "A"] = 0
     seen: list[float] = []
     real = erm.solve_weighted_erm
-    monkeypatch.setattr(owl, "solve_weighted_erm",
+    monkeypatch.setattr(owl_estimate, "solve_weighted_erm",
                         lambda *a, **k: (seen.append(k["grad_tol"]), real(*a, **k))[1])
     ends = []
     for data, sign in ((frame, 1.0), (other, -1.0)):
-        prep = owl.prepare(spec, setup, data, None)
-        theta = owl.fit_nonprivate(setup, prep, gamma)
+        prep = prepare(spec, setup, data, None)
+        theta = owl_estimate.fit_nonprivate(setup, prep, gamma)
         unit = theta / np.linalg.norm(theta)
         cand = theta + sign * 0.999 * tau / gamma * unit * np.sign(unit @ theta)
         grad = erm.gradient(cand, prep.v, prep.y, prep.w, gamma, setup.loss)

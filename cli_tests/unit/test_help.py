@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +14,9 @@ import pytest
 from rich.console import Console
 
 from cli_tests.helpers import invoke
-from dpcausal.cli import SPEC_MODELS
 from dpcausal.cli._run import print_plan
-from dpcausal.methods import cate as cate_method
+from dpcausal.commands import COMMANDS
+from dpcausal.commands.cate.method import METHOD
 from dpcausal.pipeline import execute
 from dpcausal.spec.load import load_spec
 
@@ -27,7 +29,7 @@ def _fields(schema: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-@pytest.mark.parametrize("command", sorted(SPEC_MODELS))
+@pytest.mark.parametrize("command", sorted(c.name for c in COMMANDS))
 def test_every_field_of_every_schema_has_a_description(command: str) -> None:
     res = invoke(["schema", command])
     assert res.exit_code == 0
@@ -43,7 +45,8 @@ def test_every_field_of_every_schema_has_a_description(command: str) -> None:
 
 
 def test_the_schemas_hold_all_270_fields() -> None:
-    total = sum(len(_fields(json.loads(invoke(["schema", c]).stdout))) for c in SPEC_MODELS)
+    total = sum(len(_fields(json.loads(invoke(["schema", c.name]).stdout)))
+                for c in COMMANDS)
     assert total >= 270
 
 
@@ -70,9 +73,9 @@ def test_release_help_names_what_each_option_takes() -> None:
 
 def _cate_plan() -> Any:
     repo = Path(__file__).resolve().parents[2]
-    spec, sha = load_spec(repo / "configs" / "cate.yaml", cate_method.METHOD.spec_model)
+    spec, sha = load_spec(repo / "configs" / "cate.yaml", METHOD.spec_model)
     data = (repo / spec.data.path) if spec.data.path else None
-    return execute(cate_method.METHOD, spec.with_overrides(data=data), sha, dry_run=True)
+    return execute(METHOD, spec.with_overrides(data=data), sha, dry_run=True)
 
 
 def test_the_plan_prints_full_stage_names_in_logs(repo_root: Path,
@@ -102,3 +105,18 @@ def test_select_policy_summary_names_the_sensitivity(repo_root: Path, tmp_path: 
     summary = json.loads(res.stdout)["summary"]
     assert "delta" not in summary  # was the utility sensitivity Δ, printed next to the plan's δ
     assert summary["utility_sensitivity"] == pytest.approx(28.6141, abs=1e-4)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["owl", "--help"]])
+def test_help_and_version_load_no_command_and_no_numpy(args: list[str]) -> None:
+    """The registry names each command's parts by import path: ``--help`` and ``--version`` import
+    no command package, no method and none of numpy, pandas, scipy or pyarrow."""
+    script = (
+        "import sys\n"
+        "from dpcausal.cli import app\n"
+        f"try:\n    app({args!r})\nexcept SystemExit:\n    pass\n"
+        "heavy = ('numpy', 'pandas', 'scipy', 'pyarrow')\n"
+        "print([m for m in sys.modules if m.split('.')[0] in heavy\n"
+        "       or m.startswith('dpcausal.commands.') or m == 'dpcausal.pipeline'])\n")
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert res.stdout.strip().splitlines()[-1] == "[]", res.stdout[-2000:]

@@ -26,18 +26,14 @@ PRIVATE_NAMES = {"noise_generator", "noise_rng", "ChaCha", "randomgen", "_rng"}
 PRIVATE_ATTRIBUTES = {"_rng", "bit_generator"}
 
 PUBLIC_GAUSSIAN = {  # (module, function) → why the draw is public randomness, not privacy noise
-    ("methods/cate_rff.py", "draw"): "random Fourier frequencies from the public rff_seed",
-    ("methods/owl_features.py", "random_fourier_projection"): "RFF from the public seed",
-    ("methods/select_policy_library.py", "default_rare_threshold"): "public library constant",
-    ("methods/select_policy_library.py", "paper160"): "public library generator (seeded)",
-    ("methods/select_policy_sim.py", "acic_like_pool"): "public simulation (benchmarks)",
-    ("methods/select_policy_sim.py", "sample"): "public simulation (benchmarks)",
-    ("methods/two_stage_audit.py", "uniform_weight_search"): "audit: random starts of a search",
-    ("methods/two_stage_audit.py", "privacy_loss_gaussian_mc"): "audit: Monte Carlo of a loss",
-    ("methods/two_stage_audit_adapter.py", "privacy_loss"): "audit: a random search direction",
+    ("commands/cate/rff.py", "draw"): "random Fourier frequencies from the public rff_seed",
+    ("commands/common/linear_rule.py", "random_fourier_projection"): "RFF from the public seed",
+    ("commands/select_policy/library.py", "default_rare_threshold"): "public library constant",
+    ("commands/select_policy/library.py", "paper160"): "public library generator (seeded)",
+    ("commands/two_stage/audit.py", "privacy_loss"): "audit: a random search direction",
 }
 PUBLIC_SIMULATION = {  # mechanism samplers called with a public generator, on public data only
-    ("methods/owl.py", "tune_gamma"): "Algorithm 2 on the public tuning file (seeded)",
+    ("commands/owl/tune.py", "tune_gamma"): "Algorithm 2 on the public tuning file (seeded)",
 }
 
 

@@ -11,12 +11,16 @@ import pandas as pd
 import pytest
 from scipy import optimize
 
+from dpcausal.commands.common.linear_rule import FeatureMap
+from dpcausal.commands.owl import plan as owl_plan
+from dpcausal.commands.owl.estimate import fit_nonprivate, run
+from dpcausal.commands.owl.rule import apply_rule
+from dpcausal.commands.owl.setup import build_setup, prepare
+from dpcausal.commands.owl.spec import OwlSpec
+from dpcausal.commands.owl.tune import tune_gamma
 from dpcausal.errors import DataError, MissingBoundsError, SpecError
 from dpcausal.mechanisms import NoiseGuard
-from dpcausal.methods import owl
-from dpcausal.methods.owl_features import FeatureMap
 from dpcausal.solvers.erm import HuberHinge, solve_weighted_erm
-from dpcausal.spec.owl import OwlSpec
 
 
 def make_spec(**owl_fields: Any) -> OwlSpec:
@@ -74,9 +78,9 @@ def test_objective_is_gamma_strongly_convex() -> None:
 def test_solver_matches_independent_scipy_reference() -> None:
     rng = np.random.default_rng(1)
     spec = make_spec()
-    setup = owl.build_setup(spec)
-    data = owl.prepare(spec, setup, make_frame(400, rng), None)
-    theta = owl.fit_nonprivate(setup, data, 5.0)
+    setup = build_setup(spec)
+    data = prepare(spec, setup, make_frame(400, rng), None)
+    theta = fit_nonprivate(setup, data, 5.0)
     h = 0.5
 
     def ref(t: np.ndarray) -> float:  # written independently of dpcausal's loss code
@@ -95,12 +99,12 @@ def test_closed_form_in_heavy_regularisation_regime() -> None:
     # If ‖(1/γ)Σ w y v‖ < 1 − h every margin is in the linear region, so θ̂ = (1/γ)Σ w_i y_i v_i.
     rng = np.random.default_rng(2)
     spec = make_spec()
-    setup = owl.build_setup(spec)
-    data = owl.prepare(spec, setup, make_frame(60, rng), None)
+    setup = build_setup(spec)
+    data = prepare(spec, setup, make_frame(60, rng), None)
     gamma = 2000.0
     closed = (data.v.T @ (data.w * data.y)) / gamma
     assert np.linalg.norm(closed) < 0.5
-    np.testing.assert_allclose(owl.fit_nonprivate(setup, data, gamma), closed, atol=1e-10)
+    np.testing.assert_allclose(fit_nonprivate(setup, data, gamma), closed, atol=1e-10)
 
 
 def test_solver_refuses_negative_weights() -> None:
@@ -115,21 +119,21 @@ def test_solver_refuses_negative_weights() -> None:
 @pytest.mark.parametrize("scaling", ["minmax", "maxabs"])
 def test_every_mapped_row_is_in_the_unit_ball(kernel: str, scaling: str) -> None:
     spec = make_spec(kernel=kernel, scaling=scaling)
-    fmap = owl.build_setup(spec).fmap
+    fmap = build_setup(spec).fmap
     x = np.random.default_rng(3).normal(0, 10, size=(5000, 3))  # far outside the bounds
     assert np.all(np.linalg.norm(fmap.transform(x), axis=1) <= 1 + 1e-12)
 
 
 def test_feature_map_is_data_independent() -> None:
     # Two different data sets: the map (bounds, scaling, random features) is identical.
-    a = owl.build_setup(make_spec(kernel="rff", rff={"dim": 8, "seed": 4})).fmap
-    b = owl.build_setup(make_spec(kernel="rff", rff={"dim": 8, "seed": 4})).fmap
+    a = build_setup(make_spec(kernel="rff", rff={"dim": 8, "seed": 4})).fmap
+    b = build_setup(make_spec(kernel="rff", rff={"dim": 8, "seed": 4})).fmap
     assert a.to_dict() == b.to_dict()
     assert FeatureMap.from_dict(a.to_dict()).to_dict() == a.to_dict()
 
 
 def test_rff_approximates_gaussian_kernel() -> None:
-    fmap = owl.build_setup(make_spec(kernel="rff", intercept=False,
+    fmap = build_setup(make_spec(kernel="rff", intercept=False,
                                      rff={"dim": 4000, "bandwidth": 0.7, "seed": 5})).fmap
     x = np.random.default_rng(6).uniform(0, 1, size=(2, 3))
     v = fmap.transform(x)
@@ -138,7 +142,7 @@ def test_rff_approximates_gaussian_kernel() -> None:
 
 
 def test_original_units_reproduce_scores_within_bounds() -> None:
-    setup = owl.build_setup(make_spec(scaling="minmax"))
+    setup = build_setup(make_spec(scaling="minmax"))
     theta = np.array([0.3, -1.0, 2.0, 0.5])
     coef = setup.fmap.original_units(theta)
     assert coef is not None
@@ -152,12 +156,12 @@ def test_original_units_reproduce_scores_within_bounds() -> None:
 
 def _neighbour_ratio(spec: OwlSpec, frame: pd.DataFrame, replacement: dict[str, float],
                      index: int, gamma: float) -> float:
-    setup = owl.build_setup(spec)
+    setup = build_setup(spec)
     other = frame.copy()
     for k, val in replacement.items():
         other.loc[index, k] = val
-    t1 = owl.fit_nonprivate(setup, owl.prepare(spec, setup, frame, None), gamma)
-    t2 = owl.fit_nonprivate(setup, owl.prepare(spec, setup, other, None), gamma)
+    t1 = fit_nonprivate(setup, prepare(spec, setup, frame, None), gamma)
+    t2 = fit_nonprivate(setup, prepare(spec, setup, other, None), gamma)
     return float(np.linalg.norm(t1 - t2)) / setup.sensitivity(gamma)
 
 
@@ -204,49 +208,49 @@ def test_missing_bounds_are_refused() -> None:
     doc = make_spec().model_dump()
     doc["bounds"] = {"outcome": None, "covariates": [0, 1]}
     with pytest.raises(MissingBoundsError, match=r"bounds\.outcome"):
-        owl.build_setup(OwlSpec.model_validate(doc))
+        build_setup(OwlSpec.model_validate(doc))
     doc["bounds"] = {"outcome": [0, 1], "covariates": {"x1": [0, 1]}}
     with pytest.raises(MissingBoundsError, match="x2, x3"):
-        owl.build_setup(OwlSpec.model_validate(doc))
+        build_setup(OwlSpec.model_validate(doc))
 
 
 def test_plan_refuses_delta() -> None:
     doc = make_spec().model_dump()
     doc["privacy"]["delta"] = 1e-6
     with pytest.raises(SpecError, match="pure"):
-        owl.plan(OwlSpec.model_validate(doc), 100, {}, rng=np.random.default_rng(0))
+        owl_plan.plan(OwlSpec.model_validate(doc), 100, {}, rng=np.random.default_rng(0))
 
 
 def test_three_arms_and_bad_propensities_are_refused() -> None:
     rng = np.random.default_rng(10)
     spec = make_spec()
-    setup = owl.build_setup(spec)
+    setup = build_setup(spec)
     frame = make_frame(10, rng)
     frame.loc[3, "A"] = 2
     with pytest.raises(DataError, match=r"'A' has 1 value\(s\) that are neither"):
-        owl.prepare(spec, setup, frame, Path("t.csv"))
+        prepare(spec, setup, frame, Path("t.csv"))
     spec = make_spec(propensity={"column": "p", "floor": 0.1})
     frame = make_frame(10, rng)
     frame["p"] = 0.95
     with pytest.raises(DataError, match="outside"):
-        owl.prepare(spec, owl.build_setup(spec), frame, Path("t.csv"))
+        prepare(spec, build_setup(spec), frame, Path("t.csv"))
 
 
 def test_string_arm_labels() -> None:
     spec = make_spec(treated="drug", control="placebo")
     frame = make_frame(20, np.random.default_rng(11))
     frame["A"] = np.where(frame["A"] == 1, "drug", "placebo")
-    data = owl.prepare(spec, owl.build_setup(spec), frame, None)
+    data = prepare(spec, build_setup(spec), frame, None)
     np.testing.assert_array_equal(data.y, np.where(frame["A"] == "drug", 1.0, -1.0))
 
 
 def test_weights_use_public_shift_and_bound() -> None:
     spec = make_spec(propensity=0.25)
-    setup = owl.build_setup(spec)
+    setup = build_setup(spec)
     assert setup.weight_bound == pytest.approx((3 - -3 + 0.001) / 0.25)
     frame = pd.DataFrame({"x1": [0.5] * 3, "x2": [0.5] * 3, "x3": [0.5] * 3, "A": [1, 0, 1],
                           "B": [100.0, -100.0, 0.0]})
-    data = owl.prepare(spec, setup, frame, None)
+    data = prepare(spec, setup, frame, None)
     np.testing.assert_allclose(data.w, [6.001 / 0.25, 0.001 / 0.75, 3.001 / 0.25])
     assert np.all(data.w <= setup.weight_bound)
 
@@ -259,10 +263,10 @@ def test_scale_invariance() -> None:
     doc["bounds"]["outcome"] = (-30.0, 30.0)
     doc["owl"]["gamma"], doc["owl"]["eta"] = 40.0, 0.01
     spec2 = OwlSpec.model_validate(doc)
-    s1, s2 = owl.build_setup(spec1), owl.build_setup(spec2)
+    s1, s2 = build_setup(spec1), build_setup(spec2)
     f2 = frame.assign(B=frame["B"] * 10)
-    t1 = owl.fit_nonprivate(s1, owl.prepare(spec1, s1, frame, None), 4.0)
-    t2 = owl.fit_nonprivate(s2, owl.prepare(spec2, s2, f2, None), 40.0)
+    t1 = fit_nonprivate(s1, prepare(spec1, s1, frame, None), 4.0)
+    t2 = fit_nonprivate(s2, prepare(spec2, s2, f2, None), 40.0)
     np.testing.assert_allclose(t1, t2, atol=1e-8)
     assert s1.sensitivity(4.0) == pytest.approx(s2.sensitivity(40.0))
 
@@ -273,13 +277,13 @@ def test_tune_gamma_is_deterministic_and_picks_from_grid() -> None:
     public = make_frame(300, np.random.default_rng(13))
     spec = make_spec(gamma=None, tune={"public_data": "pub.csv", "grid": [50, 1, 10],
                                        "repeats": 5, "seed": 3})
-    setup = owl.build_setup(spec)
-    a = owl.tune_gamma(spec, setup, public, n=100, epsilon=1.0)
-    b = owl.tune_gamma(spec, setup, public, n=100, epsilon=1.0)
+    setup = build_setup(spec)
+    a = tune_gamma(spec, setup, public, n=100, epsilon=1.0)
+    b = tune_gamma(spec, setup, public, n=100, epsilon=1.0)
     assert a == b
     assert a["gamma"] in (1.0, 10.0, 50.0) and a["grid"] == [1.0, 10.0, 50.0]
     # bootstrap branch (n > n0 − m) also works
-    c = owl.tune_gamma(spec, setup, public, n=1000, epsilon=1.0)
+    c = tune_gamma(spec, setup, public, n=1000, epsilon=1.0)
     assert c["gamma"] in (1.0, 10.0, 50.0) and c["validation_size"] == 60
 
 
@@ -287,7 +291,7 @@ def test_tune_rejects_oversized_validation() -> None:
     public = make_frame(40, np.random.default_rng(14))
     spec = make_spec(gamma=None, tune={"public_data": "p.csv", "grid": [1], "validation_size": 40})
     with pytest.raises(SpecError, match="validation_size"):
-        owl.tune_gamma(spec, owl.build_setup(spec), public, n=10, epsilon=1.0)
+        tune_gamma(spec, build_setup(spec), public, n=10, epsilon=1.0)
 
 
 # --- the rule --------------------------------------------------------------------------------------
@@ -296,15 +300,15 @@ def test_rule_round_trip_and_no_prenoise_fit() -> None:
     rng = np.random.default_rng(15)
     spec = make_spec(apply_to="new.csv")
     frame, new = make_frame(300, rng), make_frame(50, rng).drop(columns=["A", "B"])
-    plan = owl.plan(spec, len(frame), {}, rng=rng)
-    release = owl.run(spec, frame, plan, {"apply_to": new}, rng=rng,
+    plan = owl_plan.plan(spec, len(frame), {}, rng=rng)
+    release = run(spec, frame, plan, {"apply_to": new}, rng=rng,
                       noise=NoiseGuard(plan, test_seed=16))
     rule = release.documents["rule.json"]
-    recs = owl.apply_rule(rule, new, Path("new.csv"))
+    recs = apply_rule(rule, new, Path("new.csv"))
     pd.testing.assert_frame_equal(recs, release.tables["recommendations"])
     assert set(recs["recommended"]) <= {0, 1}
-    setup = owl.build_setup(spec)
-    theta_hat = owl.fit_nonprivate(setup, owl.prepare(spec, setup, frame, None), 5.0)
+    setup = build_setup(spec)
+    theta_hat = fit_nonprivate(setup, prepare(spec, setup, frame, None), 5.0)
     assert not np.allclose(rule["theta"], theta_hat)
     text = str(rule)
     assert all(f"{t:.6f}"[:8] not in text for t in theta_hat)
@@ -312,4 +316,4 @@ def test_rule_round_trip_and_no_prenoise_fit() -> None:
 
 def test_load_rule_rejects_malformed() -> None:
     with pytest.raises(DataError, match="not a valid dpcausal owl rule"):
-        owl.apply_rule({"command": "owl", "format_version": 1}, pd.DataFrame({"x": [1]}), Path("r"))
+        apply_rule({"command": "owl", "format_version": 1}, pd.DataFrame({"x": [1]}), Path("r"))

@@ -13,12 +13,14 @@ import pytest
 from cli_tests.helpers import charge, write_yaml
 from dpcausal.accounting.budget import Budget
 from dpcausal.accounting.ledger import Ledger
+from dpcausal.commands.owl.plan import plan
+from dpcausal.commands.owl.setup import build_setup, side_inputs
+from dpcausal.commands.owl.spec import OwlSpec
 from dpcausal.errors import OutputError, SpecError
 from dpcausal.io.release_dir import ReleaseDir
 from dpcausal.io.writers import atomic_write
 from dpcausal.mechanisms import ExponentialMechanism
 from dpcausal.spec.load import load_spec
-from dpcausal.spec.owl import OwlSpec
 
 BASE = {
     "data": {"path": "d.csv", "columns": {"outcome": "B", "treatment": "A", "covariates": ["x1"]}},
@@ -106,27 +108,25 @@ def test_csv_parse_errors_do_not_echo_rows(tmp_path: Path) -> None:
 
 
 def test_owl_refuses_tuning_on_the_training_file_and_unused_roles(tmp_path: Path) -> None:
-    from dpcausal.methods import owl
 
     doc = json.loads(json.dumps(BASE))
     doc["owl"].pop("gamma")
     doc["owl"]["tune"] = {"public_data": "d.csv", "grid": [1.0]}
     with pytest.raises(SpecError, match=r"owl\.tune\.public_data"):
-        owl.side_inputs(OwlSpec.model_validate(doc))
+        side_inputs(OwlSpec.model_validate(doc))
     doc = json.loads(json.dumps(BASE))
     doc["data"]["columns"]["propensity"] = "p"
     with pytest.raises(SpecError, match=r"data\.columns\.propensity"):
-        owl.build_setup(OwlSpec.model_validate(doc))
+        build_setup(OwlSpec.model_validate(doc))
     doc = json.loads(json.dumps(BASE))
     doc["owl"]["propensity"] = {"column": "x1", "floor": 0.1}
     with pytest.raises(SpecError, match="another role"):
-        owl.build_setup(OwlSpec.model_validate(doc))
+        build_setup(OwlSpec.model_validate(doc))
 
 
 def test_owl_tiny_gamma_is_a_spec_error(tmp_path: Path) -> None:
-    from dpcausal.methods import owl
 
     doc = json.loads(json.dumps(BASE))
     doc["owl"]["gamma"] = 1e-310
     with pytest.raises(SpecError, match=r"owl\.gamma"):
-        owl.plan(OwlSpec.model_validate(doc), 10, {}, rng=np.random.default_rng(0))
+        plan(OwlSpec.model_validate(doc), 10, {}, rng=np.random.default_rng(0))

@@ -17,6 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dpcausal.commands.owl.estimate import fit_nonprivate
+from dpcausal.commands.owl.setup import build_setup, prepare
+from dpcausal.commands.owl.spec import OwlSpec
 from dpcausal.learners import CertifiedLogistic, CertifiedRidge
 from dpcausal.learners.dp_features import BoxFeatures
 from dpcausal.learners.dp_logistic import DPLogistic
@@ -28,8 +31,6 @@ from dpcausal.learners.rounding import (
     effective_half_range,
     exact_total,
 )
-from dpcausal.methods import owl
-from dpcausal.spec.owl import OwlSpec
 
 BOX = BoxFeatures(np.zeros(3), np.ones(3))
 RANGES = [(0.0, 1e-6), (0.0, 1.0), (0.0, 1e9), (-1e9, 1e9), (1e9, 1e9 + 1e-6)]
@@ -196,7 +197,7 @@ def test_owl_neighbours_at_extreme_scales(lo: float, hi: float, gamma: float) ->
                                               "covariates": ["x1", "x2"]}},
         "bounds": {"outcome": [lo, hi], "covariates": [0.0, 1.0]},
         "privacy": {"epsilon": 1.0}, "owl": {"treated": 1, "propensity": 0.5, "gamma": gamma}})
-    setup = owl.build_setup(spec)
+    setup = build_setup(spec)
     rng = np.random.default_rng(11)
     for t in range(4):
         frame = pd.DataFrame({"x1": rng.uniform(size=30), "x2": rng.uniform(size=30),
@@ -204,6 +205,6 @@ def test_owl_neighbours_at_extreme_scales(lo: float, hi: float, gamma: float) ->
         other = frame.copy()
         other.loc[t, ["x1", "x2", "A", "B"]] = [1.0, 1.0, 1 - int(frame.loc[t, "A"]),
                                                  hi if t % 2 else lo]
-        fits = [owl.fit_nonprivate(setup, owl.prepare(spec, setup, f, None), gamma)
+        fits = [fit_nonprivate(setup, prepare(spec, setup, f, None), gamma)
                 for f in (frame, other)]
         assert np.linalg.norm(fits[0] - fits[1]) <= setup.sensitivity(gamma)

@@ -8,16 +8,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dpcausal.errors import DataError, MissingBoundsError, SpecError
-from dpcausal.learners.certificate import score_bounds
-from dpcausal.methods import select_policy as sp
-from dpcausal.methods.select_policy_library import build_library, h_rare, paper160
-from dpcausal.methods.select_policy_scores import (
+from dpcausal.commands.select_policy import plan as sp_plan
+from dpcausal.commands.select_policy.library import build_library, h_rare, paper160
+from dpcausal.commands.select_policy.privacy import neighbouring
+from dpcausal.commands.select_policy.scores import (
     dr_gammas,
     dr_score,
     utilities_from_gammas,
 )
-from dpcausal.spec.select_policy import SelectPolicySpec
+from dpcausal.commands.select_policy.setup import build_setup, split_indices
+from dpcausal.commands.select_policy.spec import SelectPolicySpec
+from dpcausal.errors import DataError, MissingBoundsError, SpecError
+from dpcausal.learners.certificate import score_bounds
 from dpcausal.spec.split import RowSplit
 
 NAMES = [f"x{j + 1}" for j in range(20)]
@@ -152,7 +154,7 @@ def test_chunked_utilities_equal_direct_sum(chunk: int) -> None:
 
 def test_plan_is_pure_in_public_inputs_and_golden() -> None:
     spec = make_spec()
-    plans = [sp.plan(spec, 3000, {}, rng=np.random.default_rng(s)) for s in (0, 1)]
+    plans = [sp_plan.plan(spec, 3000, {}, rng=np.random.default_rng(s)) for s in (0, 1)]
     assert plans[0].details == plans[1].details
     det = plans[0].details
     assert det["m"] == det["n"] == 1500
@@ -169,7 +171,7 @@ def test_plan_is_pure_in_public_inputs_and_golden() -> None:
 
 
 def test_value_release_is_a_second_event() -> None:
-    plan = sp.plan(make_spec(value_release={"epsilon": 0.5}), 3000, {},
+    plan = sp_plan.plan(make_spec(value_release={"epsilon": 0.5}), 3000, {},
                    rng=np.random.default_rng(0))
     assert [e.kind for e in plan.events] == ["exponential", "laplace"]
     assert plan.events[1].sensitivity == pytest.approx(plan.details["delta_cert"] / 1500)
@@ -177,43 +179,43 @@ def test_value_release_is_a_second_event() -> None:
 
 
 def test_regimes_frozen_fixed_and_trivial() -> None:
-    frozen = sp.build_setup(make_spec(regime="frozen", frozen_model=Path("m.json")), 3000, {})
-    assert frozen.delta == 22.0
+    frozen = build_setup(make_spec(regime="frozen", frozen_model=Path("m.json")), 3000, {})
+    assert frozen.utility_sensitivity == 22.0
     assert (frozen.m, frozen.n) == (0, 3000)
-    assert "NOT protected" in sp.neighbouring(frozen, RowSplit())["protected"]
-    fixed = sp.build_setup(make_spec(regime="fixed", fixed_scores={
+    assert "NOT protected" in neighbouring(frozen, RowSplit())["protected"]
+    fixed = build_setup(make_spec(regime="fixed", fixed_scores={
         "treated": "q1", "control": "q0", "bound": 3.0}), 3000, {})
-    assert fixed.delta == 6.0
-    trivial = sp.build_setup(make_spec(certificate="trivial"), 3000, {})
-    assert trivial.delta == pytest.approx(1500 * 22.0)
+    assert fixed.utility_sensitivity == 6.0
+    trivial = build_setup(make_spec(certificate="trivial"), 3000, {})
+    assert trivial.utility_sensitivity == pytest.approx(1500 * 22.0)
 
 
 def test_missing_bounds_refused_and_sizes_checked() -> None:
     spec = make_spec()
     no_y = spec.model_copy(update={"bounds": spec.bounds.model_copy(update={"outcome": None})})
     with pytest.raises(MissingBoundsError, match=r"bounds\.outcome"):
-        sp.build_setup(no_y, 3000, {})
+        build_setup(no_y, 3000, {})
     no_x = spec.model_copy(update={"bounds": spec.bounds.model_copy(
         update={"covariates": {"x1": (0.0, 1.0)}})})
     with pytest.raises(MissingBoundsError, match="x2"):
-        sp.build_setup(no_x, 3000, {})
+        build_setup(no_x, 3000, {})
     with pytest.raises(DataError, match="both blocks"):
-        sp.build_setup(spec, 1, {})
+        build_setup(spec, 1, {})
     with pytest.raises(SpecError, match="delta"):
-        sp.plan(spec.model_copy(update={"privacy": spec.privacy.model_copy(
+        sp_plan.plan(spec.model_copy(update={"privacy": spec.privacy.model_copy(
             update={"delta": 1e-6})}), 3000, {}, rng=np.random.default_rng(0))
 
 
 def test_positional_splits_are_reproducible_and_the_default_is_secret() -> None:
-    tr, sc = sp.split_indices(make_spec(split={"kind": "index"}), 10, 5)
+    tr, sc = split_indices(make_spec(split={"kind": "index"}), 10, 5)
     assert tr.tolist() == [0, 1, 2, 3, 4]
     assert sc.tolist() == [5, 6, 7, 8, 9]
     spec = make_spec(split={"kind": "seeded", "seed": 3})
-    a, b = sp.split_indices(spec, 100, 40), sp.split_indices(spec, 100, 40)
+    a, b = split_indices(spec, 100, 40), split_indices(spec, 100, 40)
     assert a[0].tolist() == b[0].tolist()
     assert len(a[0]) == 40
     assert sorted(a[0].tolist() + a[1].tolist()) == list(range(100))
-    draws = {tuple(sp.split_indices(make_spec(), 100, 40)[0]) for _ in range(5)}
+    draws = {tuple(split_indices(make_spec(), 100, 40)[0]) for _ in range(5)}
     assert len(draws) == 5  # a fresh secret permutation per run (C(100, 40) ≈ 1.4e28 subsets)
 
 

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from cli_tests.helpers import write_yaml
+from dpcausal.commands.owl.spec import OwlSpec
 from dpcausal.errors import DataError, SpecError
 from dpcausal.io.tables import inspect_table, numeric_column, read_table
 from dpcausal.spec.load import load_spec
-from dpcausal.spec.owl import OwlSpec
 
 BASE = {
     "data": {"path": "d.csv", "columns": {"outcome": "B", "treatment": "A", "covariates": ["x1"]}},

@@ -19,13 +19,16 @@ import pytest
 
 from dpcausal.accounting.budget import compose_events
 from dpcausal.audit.estimators import event_loss
-from dpcausal.engine import cate as engine_cate
+from dpcausal.commands.cate import audit as cate_audit
+from dpcausal.commands.cate import engine as engine_cate
+from dpcausal.commands.cate import plan as cate_plan
+from dpcausal.commands.cate.estimate import halves
+from dpcausal.commands.cate.setup import build_setup
+from dpcausal.commands.cate.spec import CateSpec
+from dpcausal.commands.common import row_split
+from dpcausal.commands.select_policy.setup import split_indices
+from dpcausal.commands.select_policy.spec import SelectPolicySpec
 from dpcausal.engine import split as engine_split
-from dpcausal.methods import _split, cate, cate_audit
-from dpcausal.methods import select_policy as sp
-from dpcausal.methods.cate_setup import build_setup
-from dpcausal.spec.cate import CateSpec
-from dpcausal.spec.select_policy import SelectPolicySpec
 
 EPSILON = 1.0
 
@@ -62,10 +65,10 @@ def test_the_default_split_is_a_fresh_uniform_subset_whatever_the_row_order() ->
     n, k = 40, 3000
     spec = cate_spec()
     setup = build_setup(spec, n)
-    freq = _inclusion(lambda: cate.halves(spec, setup)[0], n, k)
+    freq = _inclusion(lambda: halves(spec, setup)[0], n, k)
     assert np.all(np.abs(freq - setup.n_nuisance / n) < 0.05), freq
     sspec = select_spec()
-    freq = _inclusion(lambda: sp.split_indices(sspec, n, 16)[0], n, k)
+    freq = _inclusion(lambda: split_indices(sspec, n, 16)[0], n, k)
     assert np.all(np.abs(freq - 16 / n) < 0.05), freq
     # the engine builds the same kind of split (a fresh secret one per run) as its packed mask
     big = build_setup(spec, 1000)
@@ -80,7 +83,7 @@ def _adversarial_sorted_pair(spec: CateSpec, n: int) -> tuple[pd.DataFrame, pd.D
     D̃ are treated at the upper corner with Y = 1, the others control at the lower corner with
     Y = 0. In D′ the first record changes — its date moves to the end and its covariates, arm and
     outcome to those of the other type — so every other record moves up one row."""
-    first = set(cate.halves(spec, build_setup(spec, n))[0].tolist())
+    first = set(halves(spec, build_setup(spec, n))[0].tolist())
     t1 = np.array([k in first for k in range(n)])
     d = pd.DataFrame({"date": np.arange(n), "x0": t1 * 1.0, "x1": t1 * 1.0,
                       "a": t1.astype(int), "y": t1 * 1.0})
@@ -93,7 +96,7 @@ def _adversarial_sorted_pair(spec: CateSpec, n: int) -> tuple[pd.DataFrame, pd.D
 
 def _gray_box_loss(spec: CateSpec, d: pd.DataFrame, dp: pd.DataFrame) -> float:
     """The exact privacy loss of the pair, composed as the plan composes its claims."""
-    plan = cate.plan(spec, len(d), {}, rng=np.random.default_rng(0))
+    plan = cate_plan.plan(spec, len(d), {}, rng=np.random.default_rng(0))
     a = cate_audit.pre_noise(spec, d, plan, {})
     b = cate_audit.pre_noise(spec, dp, plan, {})
     return compose_events(
@@ -108,7 +111,7 @@ def test_sorted_layout_leaks_under_the_positional_split_only(
     split, whose release is the mixture over the secret permutation σ: pairing σ on D with the σ′
     that keeps every record (and the changed one) in its part on D′ (a bijection of permutations,
     so the mixture over σ equals the mixture over σ′), each coupled pair is within ε, hence the
-    mixture is (the proof in dpcausal/methods/_split.py)."""
+    mixture is (the proof in dpcausal/commands/common/row_split.py)."""
     n = 400
     seeded = cate_spec(split={"kind": "seeded", "seed": 0})
     d, dp = _adversarial_sorted_pair(seeded, n)
@@ -122,16 +125,16 @@ def test_sorted_layout_leaks_under_the_positional_split_only(
         # record at row k of D is at row k − 1 of D′; the moved record (row 0) is at row n − 1
         sigma_p = np.sort(np.where(sigma == 0, n - 1, sigma - 1))
         queue = [sigma, sigma_p]
-        monkeypatch.setattr(_split, "first_part", lambda *a, q=queue, **k: q.pop(0))
+        monkeypatch.setattr(row_split, "first_part", lambda *a, q=queue, **k: q.pop(0))
         worst = max(worst, _gray_box_loss(cate_spec(), d, dp))
     assert 0.0 < worst <= EPSILON
 
 
 def test_receipts_state_what_the_split_assumes() -> None:
-    random_plan = cate.plan(cate_spec(), 400, {}, rng=np.random.default_rng(0))
+    random_plan = cate_plan.plan(cate_spec(), 400, {}, rng=np.random.default_rng(0))
     assert random_plan.assumptions["split"]["kind"] == "random"
     assert "multiset" in random_plan.neighbouring["row_order"]
-    seeded_plan = cate.plan(cate_spec(split={"kind": "seeded", "seed": 3}), 400, {},
+    seeded_plan = cate_plan.plan(cate_spec(split={"kind": "seeded", "seed": 3}), 400, {},
                             rng=np.random.default_rng(0))
     assert seeded_plan.assumptions["split"]["seed"] == 3
     assert "independent of the data" in seeded_plan.assumptions["split"]["assumption"]

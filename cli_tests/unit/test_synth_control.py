@@ -11,12 +11,14 @@ import pytest
 from scipy import optimize
 from sklearn.linear_model import Ridge
 
+from dpcausal.commands.synth_control import dpsc as core
+from dpcausal.commands.synth_control import plan as sc_plan
+from dpcausal.commands.synth_control.estimate import run
+from dpcausal.commands.synth_control.method import METHOD
+from dpcausal.commands.synth_control.panel import OutcomeMap, build_layout, value_matrix
+from dpcausal.commands.synth_control.spec import SynthControlSpec
 from dpcausal.errors import DataError, MissingBoundsError, SpecError, UncertifiedModeError
 from dpcausal.mechanisms import L2LaplaceMechanism, LaplaceMechanism, NoiseGuard
-from dpcausal.methods import synth_control as sc
-from dpcausal.methods import synth_control_core as core
-from dpcausal.methods.synth_control_panel import OutcomeMap, build_layout, value_matrix
-from dpcausal.spec.synth_control import SynthControlSpec
 
 
 def make_spec(layout: str = "long", bounds: Any = (0.0, 10.0), privacy: Any = None,
@@ -145,7 +147,7 @@ def test_wide_layout_matches_long(tmp_path: Any) -> None:
     doc = make_spec("wide").model_dump(by_alias=True)
     doc["data"]["path"] = path
     spec = SynthControlSpec.model_validate(doc)
-    assert sc.METHOD.data_columns(spec) == ["time", "A", "B", "C"]
+    assert METHOD.data_columns(spec) == ["time", "A", "B", "C"]
     wframe = pd.read_csv(path)
     layout = build_layout(spec, wframe, path)
     x, y = value_matrix(spec, layout, wframe, path)
@@ -300,7 +302,7 @@ def test_objective_parameters(n: int, c_over_t0: float, q: float, eps0: float,
 # --- plan -----------------------------------------------------------------------------------------
 
 def plan_for(spec: SynthControlSpec, frame: pd.DataFrame) -> Any:
-    return sc.plan(spec, len(frame), {"panel": frame[["unit", "time"]]}, rng=np.random.default_rng(0))
+    return sc_plan.plan(spec, len(frame), {"panel": frame[["unit", "time"]]}, rng=np.random.default_rng(0))
 
 
 def test_plan_events_and_public_details() -> None:
@@ -348,7 +350,7 @@ def test_huge_epsilon_equals_nonprivate_ridge(section: dict[str, Any]) -> None:
     frame = long_panel(["A", *[f"D{i}" for i in range(8)]], list(range(1, 13)), rng)
     spec = make_spec(privacy={"epsilon": 1e13}, release_weights=True, **section)
     plan = plan_for(spec, frame)
-    release = sc.run(spec, frame, plan, {}, rng=np.random.default_rng(0),
+    release = run(spec, frame, plan, {}, rng=np.random.default_rng(0),
                      noise=NoiseGuard(plan, test_seed=1))
     table = release.tables["counterfactual"]
     piv = frame.pivot(index="unit", columns="time", values="y")

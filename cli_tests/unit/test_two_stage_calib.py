@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from dpcausal.methods.two_stage_calib import (
+from dpcausal.commands.two_stage.calibration import (
     calibrate,
     chi_norm_quantile,
     enumerate_two_level,

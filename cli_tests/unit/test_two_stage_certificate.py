@@ -17,9 +17,13 @@ import numpy as np
 import pytest
 from scipy import special
 
-from dpcausal.methods import two_stage as ts
-from dpcausal.methods import two_stage_weights as wts
-from dpcausal.methods.two_stage_calib import ebw_bounds, ipw_logit_bounds, universal_bounds
+from dpcausal.commands.two_stage import dual
+from dpcausal.commands.two_stage import plan as ts_plan
+from dpcausal.commands.two_stage import weights as wts
+from dpcausal.commands.two_stage.calibration import ebw_bounds, ipw_logit_bounds, universal_bounds
+from dpcausal.commands.two_stage.privacy import stability_bounds
+from dpcausal.commands.two_stage.setup import build_setup, prepare
+from dpcausal.commands.two_stage.stage1 import compute_weights
 
 WITNESSES: dict[str, dict[str, Any]] = {
     "logit_10": {"method": "logit", "R": 3.0, "ridge": 0.0001,
@@ -191,9 +195,9 @@ def _bounds(case: dict[str, Any], n: int, p: int):
     r, ridge = case["R"], case["ridge"]
     if case["method"] == "logit":
         return ipw_logit_bounds(n, m_w=math.sqrt(1 + p), radius=r, ridge=ridge,
-                                lambda_slack=wts.certificate_slack(n, 1 + p, r, ridge))
+                                lambda_slack=dual.certificate_slack(n, 1 + p, r, ridge))
     return ebw_bounds(n, m_g=math.sqrt(1 + p), kappa=0.1, radius=r, ridge=ridge,
-                      lambda_slack=wts.certificate_slack(n, 2 * (1 + p), r, ridge))
+                      lambda_slack=dual.certificate_slack(n, 2 * (1 + p), r, ridge))
 
 
 @pytest.mark.parametrize("name", sorted(WITNESSES))
@@ -229,20 +233,20 @@ def test_certificate_runs_only_when_the_specific_bound_is_used(
     from cli_tests.unit.test_two_stage_method import frame
 
     spec = _spec(weights, section)
-    setup = ts.build_setup(spec)
-    data = ts.prepare(spec, setup, frame(n), spec.data.path)
-    assert ts.stability_bounds(spec, setup, n).method_specific("safe") is specific
-    plan = ts.plan(spec, n, {}, rng=np.random.default_rng(0))
+    setup = build_setup(spec)
+    data = prepare(spec, setup, frame(n), spec.data.path)
+    assert stability_bounds(spec, setup, n).method_specific("safe") is specific
+    plan = ts_plan.plan(spec, n, {}, rng=np.random.default_rng(0))
     assert plan.details["stage1_certified"] is specific
     calls: list[int] = []
-    real = wts._certified
+    real = dual._certified
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(wts, "_certified", spy)
-    w = ts.compute_weights(spec, setup, data)
+    monkeypatch.setattr(dual, "_certified", spy)
+    w = compute_weights(spec, setup, data)
     assert abs(w.sum() - n) < 1e-9 * n
     assert bool(calls) is specific
 
@@ -358,7 +362,7 @@ def test_certificate_is_never_optimistic(radius: float, ridge: float) -> None:
     mpmath.mp.dps = 50
     rng = np.random.default_rng(int(1000 * radius + 7 / ridge))
     n, d = 12, 3
-    eps_g = wts.gradient_rounding_allowance(n, d, radius, ridge)
+    eps_g = dual.gradient_rounding_allowance(n, d, radius, ridge)
     checked = 0
     for _ in range(3):
         s = rng.uniform(-1, 1, size=(n, d - 1))
@@ -373,22 +377,22 @@ def test_certificate_is_never_optimistic(radius: float, ridge: float) -> None:
             hess = (feats.T * (p * (1 - p))) @ feats / n + (ridge + mu) * np.eye(d)
             return 0.0, grad, hess
 
-        lam = wts._ball_newton(fun, np.zeros(d), radius, what="test")
+        lam = dual._ball_newton(fun, np.zeros(d), radius, what="test")
         exact = _mp_minimiser(_mp_logit(feats, af, ridge), lam, radius)
-        points = [lam, wts._certified(fun, lam, radius, ridge, n=n, what="test")]
+        points = [lam, dual._certified(fun, lam, radius, ridge, n=n, what="test")]
         for scale in (1e-14, 1e-11, 1e-8, 1e-5, 1e-2):
             points.append(lam + scale * rng.normal(size=d))
             points.append(lam * (1 - scale))
         for x in points:
-            x = wts._inside(x, radius)
-            cert = wts.certified_distance(fun(x, 0.0)[1], x, radius, ridge, grad_err=eps_g)
+            x = dual._inside(x, radius)
+            cert = dual.certified_distance(fun(x, 0.0)[1], x, radius, ridge, grad_err=eps_g)
             true = mpmath.sqrt(sum((mpmath.mpf(float(x[j])) - exact[j]) ** 2 for j in range(d)))
             assert cert >= float(true), (cert, float(true))
             checked += 1
         # the certified point meets η/2 (not only by luck of the solver's stopping point)
         x = points[1]
         true = mpmath.sqrt(sum((mpmath.mpf(float(x[j])) - exact[j]) ** 2 for j in range(d)))
-        assert float(true) <= 0.5 * wts.certificate_slack(n, d, radius, ridge)
+        assert float(true) <= 0.5 * dual.certificate_slack(n, d, radius, ridge)
     assert checked == 3 * 12
 
 
@@ -400,7 +404,7 @@ def test_no_refusal_in_the_specific_regime(n: int, radius: float, ridge: float) 
     rng = np.random.default_rng(n)
     p = 2
     assert ipw_logit_bounds(n, m_w=math.sqrt(1 + p), radius=radius, ridge=ridge,
-                            lambda_slack=wts.certificate_slack(n, 1 + p, radius, ridge)
+                            lambda_slack=dual.certificate_slack(n, 1 + p, radius, ridge)
                             ).method_specific("safe")
     for kind in range(6):
         s = rng.uniform(-1, 1, size=(n, p))
@@ -430,8 +434,8 @@ def test_uncertified_solve_never_refuses() -> None:
         return math.nan, nan, np.eye(len(x))
 
     with pytest.raises(wts.SolverError):
-        wts._ball_newton(broken, np.zeros(3), 1.0, what="test")
-    out = wts._ball_newton(broken, np.zeros(3), 1.0, what="test", strict=False)
+        dual._ball_newton(broken, np.zeros(3), 1.0, what="test")
+    out = dual._ball_newton(broken, np.zeros(3), 1.0, what="test", strict=False)
     assert np.array_equal(out, np.zeros(3))
 
 
@@ -482,13 +486,13 @@ def test_certificate_is_never_optimistic_ebw(radius: float, ridge: float) -> Non
             hess = (rows.T * pr) @ rows - np.outer(mean_b, mean_b) + (ridge + mu) * np.eye(d)
             return 0.0, mean_b - target + (ridge + mu) * lam, hess
 
-        lam = wts._ball_newton(fun, np.zeros(d), radius, what="test")
+        lam = dual._ball_newton(fun, np.zeros(d), radius, what="test")
         exact = _mp_minimiser(_mp_ebw(rows, target, ridge), lam, radius)
-        eps_g = wts.gradient_rounding_allowance(n, d, radius, ridge)
-        points = [lam, wts._certified(fun, lam, radius, ridge, n=n, what="test")]
+        eps_g = dual.gradient_rounding_allowance(n, d, radius, ridge)
+        points = [lam, dual._certified(fun, lam, radius, ridge, n=n, what="test")]
         points += [lam + sc * rng.normal(size=d) for sc in (1e-12, 1e-8, 1e-4)]
         for x in points:
-            x = wts._inside(x, radius)
-            cert = wts.certified_distance(fun(x, 0.0)[1], x, radius, ridge, grad_err=eps_g)
+            x = dual._inside(x, radius)
+            cert = dual.certified_distance(fun(x, 0.0)[1], x, radius, ridge, grad_err=eps_g)
             true = mpmath.sqrt(sum((mpmath.mpf(float(x[j])) - exact[j]) ** 2 for j in range(d)))
             assert cert >= float(true), (cert, float(true))

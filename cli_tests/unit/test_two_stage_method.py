@@ -9,10 +9,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dpcausal.commands.two_stage import plan as ts_plan
+from dpcausal.commands.two_stage.estimate import run
+from dpcausal.commands.two_stage.rule import apply_rule
+from dpcausal.commands.two_stage.setup import build_setup, prepare
+from dpcausal.commands.two_stage.spec import TwoStageSpec
+from dpcausal.commands.two_stage.stage1 import compute_weights
 from dpcausal.errors import MissingBoundsError, PrivacyError, SpecError, UncertifiedModeError
 from dpcausal.mechanisms import NoiseGuard
-from dpcausal.methods import two_stage as ts
-from dpcausal.spec.two_stage import TwoStageSpec
 
 COVS = [f"x{j}" for j in range(1, 5)]
 
@@ -43,7 +47,7 @@ def frame(n: int, seed: int = 0) -> pd.DataFrame:
 
 def test_plan_is_public_and_complete() -> None:
     spec = make_spec()
-    plan = ts.plan(spec, 500, {}, rng=np.random.default_rng(0))
+    plan = ts_plan.plan(spec, 500, {}, rng=np.random.default_rng(0))
     assert plan.dp_guarantee
     assert plan.guarantee == "pure"
     assert plan.neighbouring["relation"] == "replace-one"
@@ -59,43 +63,43 @@ def test_plan_is_public_and_complete() -> None:
 def test_refusals() -> None:
     rng = np.random.default_rng(0)
     with pytest.raises(UncertifiedModeError, match="allow_uncertified"):
-        ts.plan(make_spec(calibration="paper"), 100, {}, rng=rng)
-    plan = ts.plan(make_spec(calibration="paper", allow_uncertified=True), 100, {}, rng=rng)
+        ts_plan.plan(make_spec(calibration="paper"), 100, {}, rng=rng)
+    plan = ts_plan.plan(make_spec(calibration="paper", allow_uncertified=True), 100, {}, rng=rng)
     assert plan.dp_guarantee is False
     with pytest.raises(UncertifiedModeError, match="universal"):
-        ts.plan(make_spec(weights="ebw"), 100, {}, rng=rng)
-    assert ts.plan(make_spec(weights="ebw", sensitivity="universal"), 100, {}, rng=rng).dp_guarantee
+        ts_plan.plan(make_spec(weights="ebw"), 100, {}, rng=rng)
+    assert ts_plan.plan(make_spec(weights="ebw", sensitivity="universal"), 100, {}, rng=rng).dp_guarantee
     with pytest.raises(UncertifiedModeError, match="arm_totals"):
-        ts.plan(make_spec(weights="ebw"), 100, {}, rng=rng)
-    ebw = ts.plan(make_spec(weights="ebw", ebw={"arm_totals": "sample", "radius": 0.5,
+        ts_plan.plan(make_spec(weights="ebw"), 100, {}, rng=rng)
+    ebw = ts_plan.plan(make_spec(weights="ebw", ebw={"arm_totals": "sample", "radius": 0.5,
                                                 "ridge": 10.0}), 2000, {}, rng=rng)
     assert ebw.dp_guarantee
     assert ebw.details["W1s_bar"] < 0.05 * 2 * 2000
     with pytest.raises(UncertifiedModeError, match="universal"):
-        ts.plan(make_spec(weights="mmd", mmd={"bandwidth": 1.0}), 100, {}, rng=rng)
-    logit = ts.plan(make_spec(weights="ipw-logit"), 400, {}, rng=rng)  # proven ratio bound
+        ts_plan.plan(make_spec(weights="mmd", mmd={"bandwidth": 1.0}), 100, {}, rng=rng)
+    logit = ts_plan.plan(make_spec(weights="ipw-logit"), 400, {}, rng=rng)  # proven ratio bound
     assert logit.dp_guarantee
     assert logit.details["W1s_bar"] < 0.25 * 2 * 400
     with pytest.raises(MissingBoundsError, match="l1_radius"):
-        ts.plan(make_spec(l1_radius=None), 100, {}, rng=rng)
+        ts_plan.plan(make_spec(l1_radius=None), 100, {}, rng=rng)
     with pytest.raises(MissingBoundsError, match="ipw_known"):
-        ts.plan(make_spec(weights="ipw-known"), 100, {}, rng=rng)
+        ts_plan.plan(make_spec(weights="ipw-known"), 100, {}, rng=rng)
     with pytest.raises(SpecError, match="delta"):
-        ts.plan(make_spec(noise="gaussian"), 100, {}, rng=rng)
+        ts_plan.plan(make_spec(noise="gaussian"), 100, {}, rng=rng)
     with pytest.raises(SpecError, match="delta"):
-        ts.plan(make_spec(delta=1e-6), 100, {}, rng=rng)
+        ts_plan.plan(make_spec(delta=1e-6), 100, {}, rng=rng)
     with pytest.raises(PrivacyError, match="γ_required"):
-        ts.plan(make_spec(gamma=1e-9), 100, {}, rng=rng)
+        ts_plan.plan(make_spec(gamma=1e-9), 100, {}, rng=rng)
     with pytest.raises(SpecError, match="mmd"):
-        ts.plan(make_spec(weights="mmd", sensitivity="universal", mmd={"bandwidth": 1.0}),
+        ts_plan.plan(make_spec(weights="mmd", sensitivity="universal", mmd={"bandwidth": 1.0}),
                 10_000, {}, rng=rng)
     with pytest.raises(SpecError, match="coefficients"):
-        ts.plan(make_spec(weights="ipw-known", ipw_known={"coefficients": {"zz": 1.0}}), 100, {},
+        ts_plan.plan(make_spec(weights="ipw-known", ipw_known={"coefficients": {"zz": 1.0}}), 100, {},
                 rng=rng)
 
 
 def test_gaussian_plan_is_approximate() -> None:
-    plan = ts.plan(make_spec(noise="gaussian", delta=1e-6), 400, {}, rng=np.random.default_rng(0))
+    plan = ts_plan.plan(make_spec(noise="gaussian", delta=1e-6), 400, {}, rng=np.random.default_rng(0))
     assert plan.guarantee == "approximate"
     assert plan.events[0].kind == "gaussian"
     assert plan.events[0].delta == 1e-6
@@ -121,13 +125,13 @@ def test_large_epsilon_equals_nonprivate(weights: str, l1: float) -> None:
         extra["epsilon"] = 1e14
     spec = make_spec(**extra)
     df = frame(400)
-    plan = ts.plan(spec, 400, {}, rng=np.random.default_rng(0))
-    release = ts.run(spec, df, plan, {}, rng=np.random.default_rng(0),
+    plan = ts_plan.plan(spec, 400, {}, rng=np.random.default_rng(0))
+    release = run(spec, df, plan, {}, rng=np.random.default_rng(0),
                      noise=NoiseGuard(plan, test_seed=1))
     theta = np.array(release.documents["rule.json"]["theta"])
-    setup = ts.build_setup(spec)
-    data = ts.prepare(spec, setup, df, None)
-    w = ts.compute_weights(spec, setup, data)
+    setup = build_setup(spec)
+    data = prepare(spec, setup, df, None)
+    w = compute_weights(spec, setup, data)
     ref = _reference(data.x, data.t, w, l1)
     assert np.allclose(theta, ref, atol=1e-6)
     if l1 == 500.0:
@@ -140,13 +144,13 @@ def test_rule_roundtrip_and_sign(tmp_path: Path) -> None:
     """Recommendations apply the same public map; a known-sign effect gives the right rule (P12)."""
     spec = make_spec(weights="uniform", epsilon=1e8, l1_radius=100.0)
     df = frame(2000, seed=4)
-    plan = ts.plan(spec, 2000, {}, rng=np.random.default_rng(0))
-    rule = ts.run(spec, df, plan, {}, rng=np.random.default_rng(0),
+    plan = ts_plan.plan(spec, 2000, {}, rng=np.random.default_rng(0))
+    rule = run(spec, df, plan, {}, rng=np.random.default_rng(0),
                   noise=NoiseGuard(plan, test_seed=1)).documents["rule.json"]
     new = pd.DataFrame({"x1": [0.9, -0.9], "x2": [0.0, 0.0], "x3": [0.0, 0.0], "x4": [-0.5, 0.5],
                         "id": ["p", "q"]})
-    recs = ts.apply_rule(rule, new, tmp_path / "new.csv")
+    recs = apply_rule(rule, new, tmp_path / "new.csv")
     assert recs["recommended"].tolist() == [1, 0]  # effect 3x1 − 2x4: treat p, not q
     assert recs["id"].tolist() == ["p", "q"]
     with pytest.raises(Exception, match="not a valid"):
-        ts.apply_rule({"command": "owl"}, new, tmp_path / "x")
+        apply_rule({"command": "owl"}, new, tmp_path / "x")

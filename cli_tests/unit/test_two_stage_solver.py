@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpcausal.methods.two_stage_solver import (
+from dpcausal.commands.two_stage.solver import (
     qp_terms,
     solve_l1_ball_qp,
     stage2_objective,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dpcausal.commands.two_stage import weights as wts
 from dpcausal.errors import SolverError
-from dpcausal.methods import two_stage_weights as wts
 
 
 def _confounded(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

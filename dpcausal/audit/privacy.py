@@ -29,7 +29,7 @@ from dpcausal.audit import blackbox
 from dpcausal.audit.estimators import EventLoss, event_loss
 from dpcausal.audit.neighbours import Pair
 from dpcausal.errors import AuditViolation, DPCausalError, OutputError
-from dpcausal.methods.base import MethodDef, Release
+from dpcausal.method import MethodDef, Release
 
 FloatArray = npt.NDArray[np.float64]
 TOL = 1e-9
@@ -60,8 +60,8 @@ class AuditAdapter:
     coupled_spec: Callable[[Any], Any] | None = None
     """Optional: the spec both black-box runs use, for commands whose default row split is a
     secret random permutation: the one fixed permutation the gray-box conditions on
-    (:func:`dpcausal.methods._split.for_audit`), so D and D′ are compared under the same split —
-    the coupling under which the random split's guarantee is proved."""
+    (:func:`dpcausal.commands.common.row_split.for_audit`), so D and D′ are compared under the same
+    split — the coupling under which the random split's guarantee is proved."""
 
 
 @dataclass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 from typing import Annotated
@@ -13,13 +12,9 @@ from dpcausal import __version__
 from dpcausal.cli import audit as audit_cli
 from dpcausal.cli import ledger as ledger_cli
 from dpcausal.cli._run import guarded
-from dpcausal.cli.cate import cate
 from dpcausal.cli.options import Command, Group
-from dpcausal.cli.owl import owl
-from dpcausal.cli.select_policy import select_policy
-from dpcausal.cli.synth_control import synth_control
-from dpcausal.cli.two_stage import two_stage
-from dpcausal.errors import SpecError
+from dpcausal.cli.release import release_command
+from dpcausal.commands import COMMANDS, by_name
 
 app = typer.Typer(
     name="dpcausal",
@@ -30,20 +25,8 @@ app = typer.Typer(
     help="Differentially private causal inference from tabular files, with a privacy ledger.",
 )
 
-SPEC_MODELS: dict[str, str] = {
-    "owl": "dpcausal.spec.owl:OwlSpec",
-    "select-policy": "dpcausal.spec.select_policy:SelectPolicySpec",
-    "synth-control": "dpcausal.spec.synth_control:SynthControlSpec",
-    "cate": "dpcausal.spec.cate:CateSpec",
-    "two-stage": "dpcausal.spec.two_stage:TwoStageSpec",
-}
-"""Command → its spec model, imported on demand (``dpcausal --help`` loads no method)."""
-
-app.command("owl", cls=Command)(owl)
-app.command("select-policy", cls=Command)(select_policy)
-app.command("synth-control", cls=Command)(synth_control)
-app.command("cate", cls=Command)(cate)
-app.command("two-stage", cls=Command)(two_stage)
+for _command in COMMANDS:  # the registry: a command's options follow from its entry
+    app.command(_command.name, cls=Command, help=_command.help)(release_command(_command))
 app.add_typer(audit_cli.app, name="audit")
 app.add_typer(ledger_cli.app, name="ledger")
 
@@ -66,17 +49,12 @@ def _root(
 @app.command("schema", cls=Command)
 def schema(command: Annotated[str, typer.Argument(
         metavar="COMMAND",
-        help="A release command: owl, select-policy, synth-control, cate or two-stage.")]) -> None:
+        help="A release command: " + ", ".join(c.name for c in COMMANDS[:-1])
+        + f" or {COMMANDS[-1].name}.")]) -> None:
     """Print the JSON Schema of a command's spec."""
 
     def body() -> None:
-        target = SPEC_MODELS.get(command)
-        if target is None:
-            raise SpecError(
-                f"unknown command '{command}'; choose one of: {', '.join(sorted(SPEC_MODELS))}"
-            )
-        module, _, name = target.partition(":")
-        model = getattr(importlib.import_module(module), name)
+        model = by_name(command).spec_model()
         sys.stdout.write(json.dumps(model.model_json_schema(), indent=2) + "\n")
 
     guarded(body)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
@@ -19,7 +18,7 @@ from rich.table import Table
 from dpcausal.errors import EXIT_INTERNAL, DPCausalError
 
 if TYPE_CHECKING:
-    from dpcausal.methods.base import MethodDef
+    from dpcausal.commands import Command
     from dpcausal.pipeline import RunResult
 
 T = TypeVar("T")
@@ -177,7 +176,7 @@ def emit(result: RunResult, *, as_json: bool, quiet: bool) -> None:
 
 
 def run_release_command(
-    method: MethodDef | str,
+    command: Command,
     *,
     spec_path: Path,
     data: Path | None,
@@ -197,9 +196,8 @@ def run_release_command(
         from dpcausal.pipeline import execute  # imported here: `dpcausal --help` stays fast
         from dpcausal.spec.load import load_spec
 
-        command: MethodDef = (importlib.import_module(method).METHOD if isinstance(method, str)
-                              else method)
-        spec, sha = load_spec(spec_path, command.spec_model)
+        method = command.method()
+        spec, sha = load_spec(spec_path, method.spec_model)
         spec = spec.with_overrides(data=data, out=out, ledger=ledger)
         if engine is not None or engine_address is not None:
             spec = spec.with_overrides(engine=engine, engine_address=engine_address)
@@ -207,8 +205,8 @@ def run_release_command(
             stderr_console().print(
                 "warning: --test-noise-seed makes the noise reproducible; this run has NO "
                 "differential privacy guarantee and its receipt says so", markup=False)
-        with status(f"dpcausal {command.command}: running", quiet or as_json):
-            result = execute(command, spec, sha, seed=seed, dry_run=dry_run,
+        with status(f"dpcausal {command.name}: running", quiet or as_json):
+            result = execute(method, spec, sha, seed=seed, dry_run=dry_run,
                              test_noise_seed=test_noise_seed)
         emit(result, as_json=as_json, quiet=quiet)
 

@@ -7,7 +7,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 from rich.progress import Progress, TaskID
 
@@ -145,21 +144,23 @@ def privacy_cmd(
     """
 
     def body() -> None:
+        import numpy as np
         import yaml
 
-        from dpcausal.audit.adapters import ADAPTERS
         from dpcausal.audit.privacy import run_audit
+        from dpcausal.commands import COMMANDS
         from dpcausal.io.tables import read_table
         from dpcausal.pipeline import load_side_inputs
         from dpcausal.spec.load import load_spec, read_spec_bytes
 
         doc = yaml.safe_load(read_spec_bytes(spec)) or {}
-        sections = [k for k in ADAPTERS if isinstance(doc, dict) and k in doc]
+        by_section = {c.section: c for c in COMMANDS}
+        sections = [k for k in by_section if isinstance(doc, dict) and k in doc]
         if len(sections) != 1:
             raise SpecError(
                 f"{spec}: cannot tell which command to audit: the spec needs exactly one of the "
-                f"sections {', '.join(sorted(ADAPTERS))}")
-        adapter = ADAPTERS[sections[0]]
+                f"sections {', '.join(sorted(by_section))}")
+        adapter = by_section[sections[0]].audit_adapter()
         model, _ = load_spec(spec, adapter.method.spec_model)
         model = model.with_overrides(data=data)
         if adapter.audit_spec is not None:

@@ -1,45 +1,18 @@
 """Engines for the data passes (DESIGN §5): ``local`` streams the table in batches on this machine;
-``dask`` runs each pass on a Dask cluster. A method's engine path writes every pass as a sum of
-per-batch statistics computed from clipped rows; the sums are combined on the client, where the
-single noise draw happens (central DP, trusted curator: no noise on workers)."""
+``dask`` runs each pass on a Dask cluster. A command's engine path
+(``dpcausal/commands/<name>/engine.py``) writes every pass as a sum of per-batch statistics computed
+from clipped rows; the sums are combined on the client, where the single noise draw happens (central
+DP, trusted curator: no noise on workers)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from dpcausal.engine.base import Engine, EngineError
-from dpcausal.errors import SpecError
+from dpcausal.engine.base import Engine
 from dpcausal.io.tables import TableInfo
 from dpcausal.spec.base import EngineSpec
-
-ENGINE_COMMANDS = ("owl", "select-policy", "two-stage", "cate")
-"""Commands with an engine path; the others run in memory only."""
-
-
-def runner_for(command: str) -> Callable[..., Any]:
-    """The engine-path ``run`` of ``command``; SpecError when it has none."""
-    if command == "owl":
-        from dpcausal.engine import owl
-
-        return owl.run
-    if command == "select-policy":
-        from dpcausal.engine import select_policy
-
-        return select_policy.run
-    if command == "two-stage":
-        from dpcausal.engine import two_stage
-
-        return two_stage.run
-    if command == "cate":
-        from dpcausal.engine import cate
-
-        return cate.run
-    raise SpecError(
-        f"engine: '{command}' has no engine path yet (only {', '.join(ENGINE_COMMANDS)}); remove "
-        "the spec's engine section and --engine to run it in memory"
-    )
 
 
 def check_source(spec: EngineSpec, info: TableInfo) -> None:
@@ -68,4 +41,4 @@ def open_engine(spec: EngineSpec, info: TableInfo, columns: Sequence[str]) -> It
         engine.close()
 
 
-__all__ = ["Engine", "EngineError", "check_source", "open_engine", "runner_for"]
+__all__ = ["Engine", "check_source", "open_engine"]

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from dpcausal.errors import EXIT_IO, DataError, DPCausalError
+from dpcausal.errors import DataError
 from dpcausal.io import tables
 from dpcausal.io.tables import (
     TableInfo,
@@ -36,12 +36,6 @@ from dpcausal.io.tables import (
     parquet_files,
     safe_reason,
 )
-
-
-class EngineError(DPCausalError):
-    """An engine (a Dask scheduler or worker) failed: nothing was released, written or charged."""
-
-    exit_code = EXIT_IO
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,14 +21,13 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from dpcausal.engine.base import (
-    EngineError,
     PrepareFn,
     StatFn,
     plan_pieces,
     read_piece,
     tree_add,
 )
-from dpcausal.errors import DPCausalError, SpecError
+from dpcausal.errors import DPCausalError, EngineError, SpecError
 from dpcausal.io.tables import TableInfo
 
 CONNECT_TIMEOUT = "20s"

@@ -1,11 +1,11 @@
 """Row splits on an engine: membership as a function of the GLOBAL row index only.
 
 A split's membership mask is built on the client from the public row count and the split of
-:mod:`dpcausal.methods._split` (by default a secret random permutation drawn for the run; or a
-public seed), packed 8 rows a byte, and travels once with each partition's mapping task (inside
-the curator's trust boundary, like the data); a batch reads the bits of its rows
-``[start, start + rows)``. So which half a row is in never depends on how the files are cut into
-batches or partitions, and the engine's split is the in-memory one."""
+:mod:`dpcausal.commands.common.row_split` (by default a secret random permutation drawn for the run;
+or a public seed), packed 8 rows a byte, and travels once with each partition's mapping task (inside
+the curator's trust boundary, like the data); a batch reads the bits of its rows ``[start, start +
+rows)``. So which half a row is in never depends on how the files are cut into batches or
+partitions, and the engine's split is the in-memory one."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ class GaussianNoiseVector:
     -----
     Neighbouring relation, sensitivity and guarantee: the caller's. This class only samples and
     records the cost; the caller must document why σ gives (``epsilon``, ``delta``) for its use
-    (e.g. ``dpcausal.methods.two_stage_calib`` for objective perturbation).
+    (e.g. ``dpcausal.commands.two_stage.calibration`` for objective perturbation).
     """
 
     epsilon: float

@@ -26,7 +26,7 @@ class ObjectivePerturbation:
     Notes
     -----
     Neighbouring relation, sensitivity and guarantee: the caller's (e.g.
-    :func:`dpcausal.methods.two_stage.mechanism`). ``dp_guarantee`` is the plan's business: an
+    :func:`dpcausal.commands.two_stage.plan.mechanism`). ``dp_guarantee`` is the plan's business: an
     uncertified objective perturbation (DPSC_obj) uses this class too, with its nominal charge.
     """
 

@@ -1,0 +1,134 @@
+"""cate's privacy plan, from the spec, the public row count and the public query file."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from dpcausal.accounting.events import PrivacyEvent
+from dpcausal.accounting.plan import Guarantee, PrivacyPlan
+from dpcausal.commands.cate.privacy import (
+    certified_gamma,
+    function_mechanism,
+    nuisance_learners,
+    queries_mechanism,
+)
+from dpcausal.commands.cate.setup import (
+    NUISANCE_PART,
+    SECOND_PART,
+    build_setup,
+    noise_factor,
+    query_points,
+)
+from dpcausal.commands.cate.spec import CateSpec
+from dpcausal.commands.common import row_split
+from dpcausal.errors import SpecError
+
+
+def _tag(event: PrivacyEvent, partition: str) -> PrivacyEvent:
+    return dataclasses.replace(event, partition=partition)
+
+
+def _with_params(event: PrivacyEvent, extra: dict[str, Any]) -> PrivacyEvent:
+    return dataclasses.replace(event, params={**event.params, **extra})
+
+
+def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
+         rng: np.random.Generator) -> PrivacyPlan:
+    """Build the plan from the spec, the public row count and the public query file."""
+    setup = build_setup(spec, n_rows)
+    sec = spec.cate
+    if spec.engine is not None and sec.features != "rff":
+        raise SpecError(
+            f"cate.features: '{sec.features}' (the exact n × n kernel ridge) has no engine path; "
+            "set cate.features: rff (random Fourier features, any n) to run on an engine, or "
+            "remove the spec's engine section and --engine to run in memory")
+    queries = query_points(spec, setup, side)
+    d = len(queries)
+    prop, out = nuisance_learners(spec, setup)
+    for field, problem in (("propensity_l2", prop.problem()), ("outcome_l2", out.problem())):
+        if problem is not None:  # public settings only: refused before any row is read
+            raise SpecError(f"cate.nuisance.{field}: {problem}; raise it")
+    # the solves' public accuracy (learners/rounding.py), already inside the sensitivities
+    events = [_with_params(_tag(prop.mechanism().event(), NUISANCE_PART),
+                           {"solver_distance_to_minimiser": prop.accuracy.distance,
+                            "solver_stop_tol": prop.accuracy.stop_tol}),
+              _with_params(_tag(out.mechanism().event(), NUISANCE_PART),
+                           {"solver_error_per_arm": out.solve_error,
+                            "centred_outcome_bound": out.half_range})]
+    query_source: dict[str, Any] = (
+        {"file": str(sec.queries), "rows": d, "sha256_of_covariates_csv": hashlib.sha256(
+            queries[list(setup.covariates)].to_csv(index=False).encode()).hexdigest()}
+        if sec.queries is not None else {"grid": sec.grid.model_dump() if sec.grid else None,
+                                         "rows": d})
+    details: dict[str, Any] = {"mode": sec.mode, "learner": sec.learner, "queries": d,
+                               "n_nuisance_half": setup.n_nuisance, "n_second_half": setup.n,
+                               "composition": "the two nuisance mechanisms (first half) and the "
+                                              "second stage (second half) read disjoint rows of a "
+                                              "data-independent split: total = max, not sum"}
+    warnings: list[str] = []
+    if sec.mode == "function":
+        mech = function_mechanism(spec, setup)
+        ev = mech.event()
+        ev = dataclasses.replace(ev, params={
+            **ev.params, "sensitivity_formula": sec.sensitivity_formula,
+            "corrected_rkhs_sensitivity": setup.rkhs_sensitivity,
+            "formula_factor": noise_factor(spec, setup), "lipschitz_L_w": setup.lipschitz_w,
+            "ridge_lambda0": setup.lam0, "n": setup.n,
+            "sigma_classic": mech.sigma_classic, "sigma_analytic": mech.sigma_analytic})
+        if sec.features == "rff":
+            ev = dataclasses.replace(ev, params={
+                **ev.params, "kernel": "random Fourier features of the Gaussian kernel",
+                "rff_pairs_m": sec.rff_dim, "rff_seed": sec.rff_seed,
+                "covariance": "sigma^2 * I on the 2m feature weights"})
+        events.append(_tag(ev, SECOND_PART))
+        details["noise_sd_per_point"] = mech.sigma
+        if mech.sigma > setup.delta_y:
+            warnings.append(f"the per-point noise sd {mech.sigma:.3g} exceeds the outcome range "
+                            f"{setup.delta_y:g}: the release will be mostly noise (raise ε, n or "
+                            "cate.ridge)")
+        guarantee: Guarantee = "approximate"
+    else:
+        gamma = certified_gamma(setup, d) if sec.gamma_method == "certified" else None
+        qm = queries_mechanism(spec, setup, d, gamma)
+        events.append(_tag(qm.event(), SECOND_PART))
+        if gamma is not None:
+            details["noise_sd_per_query"] = qm.sigma
+        if spec.privacy.epsilon > 1.0:
+            warnings.append("queries mode: Thm 1's constants come from small-ε smooth-sensitivity "
+                            "results; ε > 1 is outside their usual range")
+        guarantee = "asymptotic"
+    if sec.learner == "dr":
+        warnings.append(f"DR-learner: pseudo-outcomes scale like 1/κ = {1 / setup.kappa:g}; "
+                        "expect much more noise than the R-learner")
+    if warnings:
+        details["warning"] = " | ".join(warnings)
+    return PrivacyPlan(
+        command="cate",
+        events=tuple(events),
+        neighbouring={"relation": "replace-one", "unit": "row (one individual)", "n_public": True,
+                      "row_order": row_split.row_order(sec.split),
+                      "composition": "parallel over the split into D~ (nuisances) and D "
+                                     "(second stage): total (ε, δ); sequential would be (2ε, 2δ)"},
+        guarantee=guarantee,
+        dp_guarantee=True,
+        assumptions={
+            "outcome_bounds": list(setup.y_bounds),
+            "covariate_bounds": {c: list(setup.box_bounds(c)) for c in setup.covariates},
+            "treatment_values": [0, 1],
+            "queries": query_source,
+            "features": sec.features,
+            "split": {**sec.split.receipt(), "first_half_fraction": sec.first_half_fraction},
+            "nuisance": {"propensity": "DP l2-logistic, Gaussian output perturbation",
+                         "outcome": "DP ridge per arm, joint Gaussian output perturbation",
+                         "propensity_l2": sec.nuisance.propensity_l2,
+                         "outcome_l2": sec.nuisance.outcome_l2,
+                         "propensity_share": sec.nuisance.propensity_share},
+            **setup.public_dict(),
+            "one_row_per_individual": True,
+        },
+        details=details,
+    )

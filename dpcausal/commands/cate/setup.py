@@ -1,0 +1,282 @@
+"""Public constants of one ``cate`` run, derived from the spec and the public row count alone."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from dpcausal.commands.cate.rff import FourierFeatures
+from dpcausal.commands.cate.spec import CateSpec
+from dpcausal.errors import DataError, MissingBoundsError, SpecError, UncertifiedModeError
+from dpcausal.io.tables import numeric_column
+from dpcausal.learners.dp_features import BoxFeatures
+from dpcausal.learners.rounding import cholesky_completes, gamma
+from dpcausal.method import SideInput
+
+FloatArray = npt.NDArray[np.float64]
+MIN_N_FUNCTION = 20
+MIN_N_QUERIES = 100
+MAX_QUERIES = 10_000
+MAX_SECOND_STAGE = 12_000
+"""The exact kernel ridge holds n × n matrices (≈ 3 GB at n = 12,000): larger second halves are refused."""
+SOLVER_REL_TOL = 1e-6
+"""The second-stage solve stops at ‖∇J‖_ℋ ≤ 1e-6·L_w/n; Δ then carries the slack tol/λ0."""
+SPLIT = "cate.halves"
+NUISANCE_PART = f"{SPLIT}/nuisance"
+SECOND_PART = f"{SPLIT}/second-stage"
+
+
+@dataclass(frozen=True)
+class CateSetup:
+    """Everything public about a run: sizes, kernel, ridge, Lipschitz bound, noise factors."""
+
+    covariates: tuple[str, ...]
+    box: BoxFeatures
+    y_bounds: tuple[float, float]
+    n_total: int
+    n_nuisance: int
+    n: int
+    bandwidth: float
+    lam0: float
+    kappa: float
+    learner: Literal["r", "dr"]
+    loss: Literal["huber", "squared"]
+    huber_c: float | None
+    lipschitz_w: float
+    lipschitz_derivation: str
+    sup_g: float | None
+
+    @property
+    def q(self) -> int:
+        """Number of covariates."""
+        return len(self.covariates)
+
+    def box_bounds(self, name: str) -> tuple[float, float]:
+        """The public [lo, hi] of covariate ``name``."""
+        i = self.covariates.index(name)
+        return float(self.box.lo[i]), float(self.box.hi[i])
+
+    @property
+    def delta_y(self) -> float:
+        """y_hi − y_lo."""
+        return self.y_bounds[1] - self.y_bounds[0]
+
+    @property
+    def log_c_k(self) -> float:
+        """log c_K = −q log(√(2π)h): the normalised kernel's diagonal (may underflow if exponentiated)."""
+        return -self.q * math.log(math.sqrt(2.0 * math.pi) * self.bandwidth)
+
+    @property
+    def printed_factor(self) -> float:
+        """4√c_K: the printed Thm 3 noise over the corrected (Eq. 64) one, at equal L_w."""
+        return math.exp(math.log(4.0) + 0.5 * self.log_c_k)
+
+    @property
+    def grad_tol(self) -> float:
+        """Second-stage solver tolerance on ‖∇J‖_ℋ."""
+        return SOLVER_REL_TOL * self.lipschitz_w / self.n
+
+    @property
+    def rkhs_sensitivity(self) -> float:
+        """Δ_ℋ = L_w/(λ0 n) + tol/λ0 (corrected Lemma 1, Eq. 64, with k0(x,x) = 1, plus solver slack)."""
+        return self.lipschitz_w / (self.lam0 * self.n) + self.grad_tol / self.lam0
+
+    def public_dict(self) -> dict[str, Any]:
+        """The receipt's view of the setup."""
+        return {
+            "n_total": self.n_total, "n_nuisance_half": self.n_nuisance, "n_second_half": self.n,
+            "bandwidth_h": self.bandwidth, "ridge_lambda0": self.lam0,
+            "ridge_lambda_paper_log10": (math.log(self.lam0) - self.log_c_k) / math.log(10.0),
+            "kernel": "k0(x,x')=exp(-|s(x)-s(x')|^2/(2h^2)) on box-scaled s(x) in [0,1]^q",
+            "propensity_clip_kappa": self.kappa, "learner": self.learner, "loss": self.loss,
+            "huber_c": self.huber_c, "lipschitz_L_w": self.lipschitz_w,
+            "lipschitz_derivation": self.lipschitz_derivation,
+            "printed_over_corrected_factor_4sqrt_cK": self.printed_factor,
+        }
+
+
+def _lipschitz(spec: CateSpec, dy: float, kappa: float, lam0: float
+               ) -> tuple[float, str, float | None]:
+    """L_w (spec §3.4), for exactly the loss the solver minimises; public constants only."""
+    sec = spec.cate
+    rho_sup = (1.0 - kappa) ** 2 if sec.learner == "r" else 1.0
+    if sec.resolved_loss == "huber":
+        c = sec.huber_c if sec.huber_c is not None else dy / 2.0
+        return 2.0 * c * rho_sup, f"Huber: L_w = 2c·sup ρ = 2·{c:g}·{rho_sup:g}", None
+    if sec.learner == "r":
+        b_psi = dy + (1.0 - kappa) * dy
+        m_g = b_psi / math.sqrt(lam0)
+        lw = 2.0 * ((1.0 - kappa) ** 2 * (m_g + dy) + (1.0 - kappa) * dy)
+        return lw, "squared, R: L_w = 2[(1-κ)²(M_g+Δy)+(1-κ)Δy], M_g = (2-κ)Δy/√λ0", m_g
+    m_g = (dy / kappa + dy) / math.sqrt(lam0)
+    return 2.0 * (m_g + dy / kappa + dy), "squared, DR: L_w = 2(M_g+Δy/κ+Δy)", m_g
+
+
+def build_setup(spec: CateSpec, n_rows: int) -> CateSetup:
+    """Validate the public inputs and derive the constants; refuse what the guarantee cannot cover."""
+    sec = spec.cate
+    cols = spec.data.columns
+    if not cols.covariates:
+        raise SpecError("data.columns.covariates: cate needs at least one covariate column")
+    if cols.outcome is None or cols.treatment is None:
+        raise SpecError("data.columns: cate needs both 'outcome' and 'treatment' columns")
+    if spec.privacy.delta == 0.0:
+        raise SpecError("privacy.delta: cate is (ε, δ)-DP and needs δ > 0 (Gaussian noise); set "
+                        "privacy.delta, e.g. to 1e-6 (it must be < 1/n_rows)")
+    if spec.privacy.delta >= 1.0 / n_rows:
+        raise SpecError(f"privacy.delta: δ = {spec.privacy.delta:g} is not < 1/n_rows = "
+                        f"{1.0 / n_rows:.3g}; such a δ permits publishing a row outright. Use δ "
+                        "well below 1/n_rows (e.g. 1/(10·n_rows))")
+    if spec.bounds.outcome is None:
+        raise MissingBoundsError(
+            "bounds.outcome is missing: cate needs public outcome bounds [lo, hi] (Y is clipped to "
+            "them; they are never taken from the data); add e.g. bounds: {outcome: [-1, 9]}")
+    missing = [c for c in cols.covariates if spec.bounds.covariate(c) is None]
+    if missing:
+        raise MissingBoundsError(
+            f"bounds.covariates has no bound for {', '.join(missing)}: cate needs a public box for "
+            "every covariate (clipping, scaling, the sup over the domain); add them per column or "
+            "give one [lo, hi] for all")
+    n_nuis = math.floor(n_rows * sec.first_half_fraction)
+    n = n_rows - n_nuis
+    floor = MIN_N_FUNCTION if sec.mode == "function" else MIN_N_QUERIES
+    if n < floor or n_nuis < MIN_N_FUNCTION:
+        raise DataError(
+            f"{spec.data.path}: {n_rows} rows give halves of {n_nuis} (nuisances) and {n} (second "
+            f"stage); cate {sec.mode} mode needs >= {floor} rows in the second half and >= "
+            f"{MIN_N_FUNCTION} in the first")
+    if n > MAX_SECOND_STAGE and sec.features == "exact":
+        raise DataError(
+            f"{spec.data.path}: {n_rows} rows put {n} rows in the second half; the exact kernel ridge "
+            f"second stage needs n × n memory and supports at most {MAX_SECOND_STAGE} rows there. "
+            "Run on a public random subsample of the rows (decided before looking at the data), or "
+            "use cate.features: rff (random Fourier features, any n)")
+    bnds = np.array([spec.bounds.covariate(c) for c in cols.covariates], dtype=np.float64)
+    q = len(cols.covariates)
+    h = sec.bandwidth if sec.bandwidth is not None else math.sqrt(q / 2.0)
+    lam0 = sec.ridge if sec.ridge is not None else 1.0 / math.sqrt(n)
+    _check_second_stage_precision(sec.features, n, sec.rff_dim, lam0)
+    y_lo, y_hi = spec.bounds.outcome
+    dy = y_hi - y_lo
+    lw, how, m_g = _lipschitz(spec, dy, sec.propensity_clip, lam0)
+    c = (sec.huber_c if sec.huber_c is not None else dy / 2.0) if sec.resolved_loss == "huber" \
+        else None
+    setup = CateSetup(tuple(cols.covariates), BoxFeatures(bnds[:, 0], bnds[:, 1]), (y_lo, y_hi),
+                      n_rows, n_nuis, n, h, lam0, sec.propensity_clip, sec.learner,
+                      sec.resolved_loss, c, lw, how, m_g)
+    if sec.mode == "function" and sec.sensitivity_formula == "paper" and setup.printed_factor < 1.0:
+        raise UncertifiedModeError(
+            f"cate.sensitivity_formula: 'paper' (printed Thm 3) under-noises here: (√(2π)h)^q = "
+            f"{math.exp(-setup.log_c_k):.4g} > 16 (q = {q}, h = {h:g}), so the printed bound is "
+            "below the true RKHS sensitivity (spec E1). Use 'max' (default) or 'corrected'")
+    return setup
+
+
+def _check_second_stage_precision(features: str, n: int, rff_dim: int, lam0: float) -> None:
+    """Refuse, before any row is read, a λ0 so small that a second-stage Cholesky factorisation
+    could fail on the data (an exit that depends on it: issue #13). Exact kernel: W^{1/2}KW^{1/2}
+    + nλ0I with weights ≤ 1 and kernel entries in (0, 1], so ‖·‖ ≤ n(1 + λ0); random features:
+    Z_SᵀW_SZ_S/n + λ0I with ‖z_i‖ = 1, ‖·‖ ≤ 1 + λ0, kept by up to 100 incremental updates of
+    sums over n rows (their rounding is taken off λ0)."""
+    if features == "exact":
+        ok = cholesky_completes(n, n * (1.0 + lam0), n * lam0)
+    else:
+        drift = 200.0 * gamma(n + 2)
+        ok = cholesky_completes(2 * rff_dim, 1.0 + lam0 + drift, lam0 - drift)
+    if not ok:
+        raise SpecError(f"cate.ridge: λ0 = {lam0:.3g} is too small for a float64 second-stage "
+                        f"solve on {n} rows that cannot fail; raise cate.ridge")
+
+
+def noise_factor(spec: CateSpec, setup: CateSetup) -> float:
+    """Multiplier of the corrected Δ_ℋ: max(1, 4√c_K) (max), 1 (corrected), 4√c_K (paper)."""
+    formula = spec.cate.sensitivity_formula
+    if formula == "corrected":
+        return 1.0
+    if formula == "paper":
+        return setup.printed_factor
+    return max(1.0, setup.printed_factor)
+
+
+def query_points(spec: CateSpec, setup: CateSetup, side: dict[str, Any]) -> pd.DataFrame:
+    """The public query table (file rows, or the grid over the box); refuses bad query files."""
+    sec = spec.cate
+    names = list(setup.covariates)
+    if sec.queries is not None:
+        frame = side["queries"]
+        missing = [c for c in names if c not in frame.columns]
+        if missing:
+            raise DataError(f"{sec.queries}: the query file lacks covariate column(s) "
+                            f"{', '.join(missing)}; it needs every data.columns.covariates column")
+        if "cate" in frame.columns:
+            raise DataError(f"{sec.queries}: the query file already has a column 'cate' (the output "
+                            "column); rename or drop it")
+        for c in names:
+            numeric_column(frame, c, sec.queries)
+        out = frame.reset_index(drop=True)
+    else:
+        assert sec.grid is not None
+        grid = sec.grid
+        vary = grid.vary if grid.vary is not None else (names if len(names) <= 2 else None)
+        if vary is None:
+            raise SpecError("cate.grid.vary: with more than 2 covariates, name the 1 or 2 the grid "
+                            "varies (the others are held at cate.grid.fixed or the box middle)")
+        unknown = [v for v in [*vary, *grid.fixed] if v not in names]
+        if unknown:
+            raise SpecError(f"cate.grid: {', '.join(unknown)} not in data.columns.covariates")
+        pts = grid.points if grid.points is not None else (101 if len(vary) == 1 else 41)
+        axes = [np.linspace(*setup.box_bounds(v), pts) for v in vary]
+        mesh = np.meshgrid(*axes, indexing="ij")
+        out = pd.DataFrame({v: m.ravel() for v, m in zip(vary, mesh, strict=True)})
+        for c in names:
+            if c not in vary:
+                lo, hi = setup.box_bounds(c)
+                out[c] = grid.fixed.get(c, 0.5 * (lo + hi))
+        out = out[names]
+    if len(out) > MAX_QUERIES:
+        raise SpecError(f"cate: {len(out)} query points; at most {MAX_QUERIES} per release "
+                        "(fewer grid points, or split the query file)")
+    return out
+
+
+def grid_axes(spec: CateSpec, setup: CateSetup) -> list[str]:
+    """The covariates a grid varies (empty for a query file)."""
+    grid = spec.cate.grid
+    if grid is None:
+        return []
+    if grid.vary is not None:
+        return list(grid.vary)
+    return list(setup.covariates) if setup.q <= 2 else []
+
+
+def data_columns(spec: CateSpec) -> list[str]:
+    """Covariates, treatment and outcome."""
+    cols = spec.data.columns
+    return [c for c in [*cols.covariates, cols.treatment, cols.outcome] if c is not None]
+
+
+def side_inputs(spec: CateSpec) -> dict[str, SideInput]:
+    """The public query file, if any (never the sensitive data itself: spec P15)."""
+    q = spec.cate.queries
+    if q is None:
+        return {}
+    if spec.data.path is not None:
+        try:
+            same = q.resolve() == spec.data.path.resolve()
+        except OSError:
+            same = False
+        if same:
+            raise SpecError(f"cate.queries: {q} is the sensitive data file; query points must be "
+                            "public and fixed in advance (values at the training rows are not "
+                            "covered by the guarantee). Use a separate public file or cate.grid")
+    return {"queries": SideInput(q, None, "cate.queries file")}
+
+
+def rff_features(spec: CateSpec, setup: CateSetup) -> FourierFeatures:
+    """The public random Fourier feature map (drawn from ``cate.rff_seed``, no data)."""
+    return FourierFeatures.draw(setup.q, spec.cate.rff_dim, setup.bandwidth, spec.cate.rff_seed)

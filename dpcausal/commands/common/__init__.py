@@ -1,0 +1,2 @@
+"""What several commands share: binary arms, secret row splits, linear rules over a public feature
+map."""

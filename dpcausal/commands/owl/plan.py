@@ -1,0 +1,63 @@
+"""owl's privacy plan, from the spec, the public row count and the public tuning file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.commands.owl.privacy import mechanism
+from dpcausal.commands.owl.setup import build_setup
+from dpcausal.commands.owl.spec import OwlSpec, PropensityColumn
+from dpcausal.commands.owl.tune import tune_gamma
+from dpcausal.errors import SpecError
+
+
+def plan(spec: OwlSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
+         rng: np.random.Generator) -> PrivacyPlan:
+    """Build owl's plan from the spec, the public n and public side files (γ tuning)."""
+    if spec.privacy.delta != 0.0:
+        raise SpecError("privacy.delta: owl is pure ε-DP (δ = 0); set privacy.delta to 0")
+    setup = build_setup(spec)
+    gamma_source: dict[str, Any]
+    if spec.owl.tune is not None:
+        tuned = tune_gamma(spec, setup, side["tune"], n=n_rows, epsilon=spec.privacy.epsilon)
+        gamma = tuned["gamma"]
+        gamma_source = {"source": "owl-tune (Algorithm 2 on public data)", **tuned}
+    else:
+        assert spec.owl.gamma is not None
+        gamma = spec.owl.gamma
+        gamma_source = {"source": "spec"}
+    mech = mechanism(setup, gamma, spec.privacy.epsilon)
+    event = mech.event()
+    params = {**event.params, "gamma": gamma, "weight_bound_W": setup.weight_bound, "C": 0.0,
+              "solver_grad_tol": setup.grad_tol, "huber_h": setup.loss.h}
+    event = type(event)(**{**event.to_dict(), "params": params})
+    sec = spec.owl
+    propensity = (
+        {"column": sec.propensity.column, "floor": sec.propensity.floor}
+        if isinstance(sec.propensity, PropensityColumn) else sec.propensity
+    )
+    return PrivacyPlan(
+        command="owl",
+        events=(event,),
+        neighbouring={"relation": "replace-one", "unit": "row (one individual)", "n_public": True},
+        guarantee="pure",
+        dp_guarantee=True,
+        assumptions={
+            "outcome_bounds": list(spec.bounds.outcome or ()),
+            "outcome_direction": sec.outcome_direction,
+            "covariate_bounds": setup.fmap.to_dict()["bounds"],
+            "propensity": propensity,
+            "propensity_source": "design (known, not estimated on the data)",
+            "eta": sec.eta,
+            "pi_min": setup.pi_min,
+            "weight_bound_W": setup.weight_bound,
+            "one_row_per_individual": True,
+        },
+        details={"gamma": gamma, "gamma_source": gamma_source, "dim": setup.fmap.dim,
+                 "kernel": setup.fmap.kernel, "n_rows": n_rows,
+                 "expected_noise_norm": mech.expected_norm},
+    )

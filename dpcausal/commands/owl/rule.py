@@ -1,0 +1,91 @@
+"""owl's release: the rule document (and recommendations for ``owl.apply_to``), and applying a
+saved rule to new rows (post-processing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.commands.common.arms import label_matches
+from dpcausal.commands.common.linear_rule import (
+    RULE_FORMAT_VERSION,
+    FeatureMap,
+    apply_linear_rule,
+    load_linear_rule,
+)
+from dpcausal.commands.owl.setup import OwlSetup
+from dpcausal.commands.owl.spec import OwlSpec
+from dpcausal.method import Release
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def recommend(fmap: FeatureMap, theta: FloatArray, x: FloatArray) -> npt.NDArray[np.bool_]:
+    """True where the rule recommends the treated arm (score > 0; a tie goes to control)."""
+    return np.asarray(fmap.transform(x) @ theta > 0.0)
+
+
+def rule_document(spec: OwlSpec, setup: OwlSetup, theta: FloatArray,
+                  plan: PrivacyPlan) -> dict[str, Any]:
+    """Everything needed to apply the released rule, and nothing private."""
+    ev = plan.events[0]
+    return {
+        "format_version": RULE_FORMAT_VERSION,
+        "command": "owl",
+        "method": "DP-wERM output perturbation (Giddens et al. 2023), Huber hinge, C = 0",
+        "feature_map": setup.fmap.to_dict(),
+        "theta": [float(t) for t in theta],
+        "coefficients_original_units": setup.fmap.original_units(theta),
+        "arms": {"treated": spec.owl.treated, "control": spec.owl.control_label()},
+        "decision": "recommend treated when score = v(x)·theta > 0, else control (ties: control)",
+        "outcome_direction": spec.owl.outcome_direction,
+        "privacy": {
+            "epsilon": ev.epsilon, "delta": 0.0,
+            "guarantee": plan.guarantee if plan.dp_guarantee else "none",
+            "dp_guarantee": plan.dp_guarantee,
+            "sensitivity": ev.sensitivity, "gamma": plan.details["gamma"],
+            "gamma_source": plan.details["gamma_source"]["source"],
+            "weight_bound_W": setup.weight_bound,
+            "neighbouring": "replace-one row",
+        },
+    }
+
+
+def load_rule(doc: Any, path: Path) -> tuple[FeatureMap, FloatArray, dict[str, Any]]:
+    """Validate an owl rule document; return its feature map, θ and arms."""
+    return load_linear_rule(doc, path, "owl")
+
+
+def apply_rule(doc: dict[str, Any], frame: pd.DataFrame, path: Path | None,
+               rule_path: Path | None = None) -> pd.DataFrame:
+    """Return ``frame`` plus a ``recommended`` column holding each row's arm label."""
+    return apply_linear_rule(doc, frame, path, "owl", rule_path)
+
+
+def build_release(spec: OwlSpec, setup: OwlSetup, theta: FloatArray, plan: PrivacyPlan,
+                  side: dict[str, pd.DataFrame], facts: dict[str, Any] | None = None) -> Release:
+    """rule.json from the released θ, recommendations for ``apply_to`` and the summary (``facts``:
+    public facts of the run, e.g. the engine)."""
+    rule = rule_document(spec, setup, theta, plan)
+    release = Release(documents={"rule.json": rule})
+    summary: dict[str, Any] = {"released_theta_norm": float(np.linalg.norm(theta)), **(facts or {})}
+    if "apply_to" in side:
+        recs = apply_rule(rule, side["apply_to"], spec.owl.apply_to)
+        release.tables["recommendations"] = recs
+        summary["apply_to_rows"] = len(recs)
+        summary["apply_to_share_treated"] = float(
+            label_matches(recs["recommended"], spec.owl.treated).mean()
+        )
+    release.summary.update(summary)
+    return release
+
+
+def apply_defaults(spec: OwlSpec) -> tuple[Path | None, Path | None, Path | None]:
+    """What a ``--spec`` given with ``--apply`` supplies: the rows to score (``owl.apply_to``), the
+    output directory, and the training file (refused as rows to score)."""
+    return spec.owl.apply_to, spec.output.dir, spec.data.path

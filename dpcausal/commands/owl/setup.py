@@ -1,0 +1,177 @@
+"""owl's public setup: every constant of the fit, derived from the spec alone, and the mapping of
+rows to features, labels and weights."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from dpcausal.commands.common.arms import treated_mask
+from dpcausal.commands.common.linear_rule import FeatureMap, random_fourier_projection
+from dpcausal.commands.owl.spec import OwlSpec, PropensityColumn, RffSpec
+from dpcausal.errors import DataError, MissingBoundsError, SpecError
+from dpcausal.io.tables import numeric_column, numeric_columns, same_file
+from dpcausal.method import SideInput
+from dpcausal.solvers.erm import HuberHinge
+
+FloatArray = npt.NDArray[np.float64]
+GRAD_TOL_PER_W = 1e-6
+"""The solver stops at ‖∇G‖ ≤ τ = 1e-6·W (sum form); Δ then carries the slack 2τ/γ."""
+
+
+@dataclass(frozen=True)
+class OwlSetup:
+    """Every public constant of one owl fit, derived from the spec alone.
+
+    ``lower``/``upper`` are the outcome bounds after the direction flip (B → −B for ``lower``).
+    """
+
+    fmap: FeatureMap
+    lower: float
+    upper: float
+    eta: float
+    pi_min: float
+    loss: HuberHinge
+
+    @property
+    def weight_bound(self) -> float:
+        """W = (U − L + η)/π_min: every weight B′/π(A|x) lies in [0, W]."""
+        return (self.upper - self.lower + self.eta) / self.pi_min
+
+    @property
+    def grad_tol(self) -> float:
+        """The solver's gradient tolerance τ on the sum-form objective."""
+        return GRAD_TOL_PER_W * self.weight_bound
+
+    def sensitivity(self, gamma: float) -> float:
+        """Δ₂(θ̂) = (2W + 2τ)/γ: Corollary 1 with C = 0, plus the inexact-solve slack."""
+        return (2.0 * self.weight_bound + 2.0 * self.grad_tol) / gamma
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Mapped rows and weights of one table."""
+
+    v: FloatArray
+    y: FloatArray
+    b_shifted: FloatArray
+    pi_received: FloatArray
+
+    @property
+    def w(self) -> FloatArray:
+        """w_i = B′_i / π(A_i|x_i)."""
+        return self.b_shifted / self.pi_received
+
+
+def build_setup(spec: OwlSpec) -> OwlSetup:
+    """Derive the public constants; refuse when a bound the sensitivity needs is missing."""
+    sec = spec.owl
+    cols = spec.data.columns
+    if not cols.covariates:
+        raise SpecError("data.columns.covariates: owl needs at least one covariate column")
+    if cols.outcome is None or cols.treatment is None:
+        raise SpecError("data.columns: owl needs both 'outcome' and 'treatment' columns")
+    unused = [r for r in ("propensity", "unit", "time") if getattr(cols, r) is not None]
+    if unused:
+        raise SpecError(
+            f"data.columns.{unused[0]}: owl does not use this column role; design propensities go in "
+            "owl.propensity: {column: NAME, floor: π_min}"
+        )
+    if isinstance(sec.propensity, PropensityColumn) and sec.propensity.column in (
+        *cols.covariates, cols.outcome, cols.treatment
+    ):
+        raise SpecError(
+            f"owl.propensity.column: '{sec.propensity.column}' already has another role in data.columns"
+        )
+    if spec.bounds.outcome is None:
+        raise MissingBoundsError(
+            "bounds.outcome is missing: owl needs public outcome bounds [lo, hi] to bound the "
+            "weights (they are never taken from the data); add e.g. bounds: {outcome: [-8, 8]}"
+        )
+    missing = [c for c in cols.covariates if spec.bounds.covariate(c) is None]
+    if missing:
+        raise MissingBoundsError(
+            f"bounds.covariates has no bound for {', '.join(missing)}: owl needs public bounds for "
+            "every covariate; add them per column or give one [lo, hi] for all"
+        )
+    bnds = np.array([spec.bounds.covariate(c) for c in cols.covariates], dtype=np.float64)
+    omega = offset = None
+    if sec.kernel == "rff":
+        rff = sec.rff or RffSpec()
+        omega, offset = random_fourier_projection(
+            len(cols.covariates), rff.dim, rff.bandwidth, rng=np.random.default_rng(rff.seed)
+        )
+    fmap = FeatureMap(tuple(cols.covariates), bnds[:, 0], bnds[:, 1], sec.scaling, sec.intercept,
+                      omega, offset)
+    lo, hi = spec.bounds.outcome
+    if sec.outcome_direction == "lower":
+        lo, hi = -hi, -lo
+    if isinstance(sec.propensity, PropensityColumn):
+        pi_min = sec.propensity.floor
+    else:
+        pi_min = min(sec.propensity, 1.0 - sec.propensity)
+    return OwlSetup(fmap, lo, hi, sec.eta, pi_min, HuberHinge(sec.huber_h))
+
+
+def data_columns(spec: OwlSpec) -> list[str]:
+    """Columns owl reads from a training (or tuning) file."""
+    cols = spec.data.columns
+    out = [*cols.covariates, cols.outcome, cols.treatment]
+    if isinstance(spec.owl.propensity, PropensityColumn):
+        out.append(spec.owl.propensity.column)
+    return [c for c in out if c is not None]
+
+
+def side_inputs(spec: OwlSpec) -> dict[str, SideInput]:
+    """The public tuning file and the rows to score, if the spec names them."""
+    out: dict[str, SideInput] = {}
+    if spec.owl.tune is not None:
+        if spec.data.path is not None and same_file(spec.owl.tune.public_data, spec.data.path):
+            raise SpecError(
+                f"owl.tune.public_data: {spec.owl.tune.public_data} is the training data; tuning γ on "
+                "the sensitive rows is not private. Tune on a separate public file, or set owl.gamma"
+            )
+        out["tune"] = SideInput(spec.owl.tune.public_data, data_columns(spec), "public tuning file")
+    if spec.owl.apply_to is not None:
+        if spec.data.path is not None and same_file(spec.owl.apply_to, spec.data.path):
+            raise SpecError(
+                f"owl.apply_to: {spec.owl.apply_to} is the training data; recommendations for the "
+                "training rows are functions of their own sensitive covariates and are not covered "
+                "by the guarantee. Apply the rule to other rows, or use --apply on a copy you may publish"
+            )
+        out["apply_to"] = SideInput(spec.owl.apply_to, None, "owl.apply_to file")
+    return out
+
+
+def prepare(spec: OwlSpec, setup: OwlSetup, frame: pd.DataFrame, path: Path | None) -> Prepared:
+    """Validate and map one table: rows, ±1 labels, shifted outcomes, received-arm propensities."""
+    cols = spec.data.columns
+    sec = spec.owl
+    x_cols = numeric_columns(frame, list(cols.covariates), path)
+    assert cols.outcome is not None
+    assert cols.treatment is not None
+    b = numeric_column(frame, cols.outcome, path)
+    if sec.outcome_direction == "lower":
+        b = -b
+    treated = treated_mask(frame[cols.treatment], sec, path=path, column=cols.treatment,
+                           command="owl")
+    y = np.where(treated, 1.0, -1.0)
+    if isinstance(sec.propensity, PropensityColumn):
+        p = numeric_column(frame, sec.propensity.column, path)
+        floor = sec.propensity.floor
+        bad = (p < floor) | (p > 1.0 - floor)
+        if bad.any():
+            raise DataError(
+                f"{path}: column '{sec.propensity.column}' has {int(bad.sum())} design "
+                f"probabilities outside [{floor}, {1 - floor}] (owl.propensity.floor); design "
+                "probabilities must respect the public floor"
+            )
+    else:
+        p = np.full(len(y), sec.propensity)
+    pi_received = np.where(treated, p, 1.0 - p)
+    b_shifted = np.clip(b, setup.lower, setup.upper) - setup.lower + setup.eta
+    return Prepared(setup.fmap.transform_columns(x_cols), y, b_shifted, pi_received)

@@ -1,0 +1,109 @@
+"""select-policy in memory: the utilities of every policy, then the private choice (and value)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.commands.select_policy.privacy import choice_mechanism, value_mechanism
+from dpcausal.commands.select_policy.release import selection_document
+from dpcausal.commands.select_policy.scores import (
+    fit_nuisance,
+    frozen_nuisance,
+    learned_utilities,
+    utilities_from_gammas,
+)
+from dpcausal.commands.select_policy.setup import (
+    Setup,
+    _covariates,
+    build_setup,
+    split_indices,
+    treated_indicator,
+)
+from dpcausal.commands.select_policy.spec import SelectPolicySpec
+from dpcausal.errors import SpecError
+from dpcausal.io.tables import numeric_column
+from dpcausal.learners import CertifiedLogistic, CertifiedRidge
+from dpcausal.mechanisms import NoiseGuard
+from dpcausal.method import Release
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def compute_utilities(spec: SelectPolicySpec, setup: Setup, frame: pd.DataFrame,
+                      side: dict[str, Any]) -> FloatArray:
+    """U(π) for every policy (private: never released; only fed to the mechanism)."""
+    sec = spec.select_policy
+    path = spec.data.path
+    names = _covariates(spec)
+    x = np.empty((len(frame), len(names)), order="F")  # column-major: each column is contiguous
+    for j, c in enumerate(names):
+        x[:, j] = numeric_column(frame, c, path)
+    if setup.regime == "fixed":
+        fs = sec.fixed_scores
+        assert fs is not None
+        q1 = np.clip(numeric_column(frame, fs.treated, path), -fs.bound, fs.bound)
+        q0 = np.clip(numeric_column(frame, fs.control, path), -fs.bound, fs.bound)
+        return utilities_from_gammas(setup.library, x, q0, q1, chunk_rows=sec.chunk_rows)
+    assert spec.data.columns.outcome is not None
+    assert setup.y_bounds is not None
+    assert setup.fmap is not None
+    assert setup.mu_bounds is not None
+    y = np.clip(numeric_column(frame, spec.data.columns.outcome, path), *setup.y_bounds)
+    treated = treated_indicator(spec, frame)
+    if setup.regime == "frozen":
+        nuis = frozen_nuisance(side["frozen_model"], setup.fmap, mu_bounds=setup.mu_bounds,
+                               zeta=sec.zeta, path=sec.frozen_model)
+        return learned_utilities(setup.library, nuis, x, treated, y, chunk_rows=sec.chunk_rows)
+    tr, sc = split_indices(spec, setup.n_total, setup.m)
+    ridge = CertifiedRidge(sec.lambda_mu, setup.y_bounds, setup.mu_bounds, sec.solver_tol)
+    logistic = CertifiedLogistic(sec.lambda_e, sec.zeta, sec.solver_tol)
+    if sec.split.kind == "index":  # contiguous blocks: views, no copies
+        nuis = fit_nuisance(setup.fmap, ridge, logistic, x[: setup.m], treated[: setup.m],
+                            y[: setup.m])
+        return learned_utilities(setup.library, nuis, x[setup.m:], treated[setup.m:],
+                                 y[setup.m:], chunk_rows=sec.chunk_rows)
+    nuis = fit_nuisance(setup.fmap, ridge, logistic, x[tr], treated[tr], y[tr])
+    return learned_utilities(setup.library, nuis, x[sc], treated[sc], y[sc],
+                             chunk_rows=sec.chunk_rows)
+
+
+def release_selection(spec: SelectPolicySpec, setup: Setup, utilities: npt.NDArray[np.float64],
+                      plan: PrivacyPlan, *, noise: NoiseGuard
+                      ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The private steps, shared by every engine: pick a policy by the exponential mechanism over
+    ``utilities`` and, if asked, release its value by the Laplace mechanism.
+
+    Returns the selection document and the value document (or None).
+    """
+    sec = spec.select_policy
+    k = int(noise.release(choice_mechanism(setup, spec.privacy.epsilon), utilities))
+    value_doc = None
+    if sec.value_release is not None:
+        mech = value_mechanism(setup, sec.value_release.epsilon)
+        noisy = float(noise.release(mech, np.array([utilities[k] / setup.n]))[0])
+        value_doc = {"value": noisy, "epsilon": mech.epsilon, "sensitivity": mech.l1_sensitivity,
+                     "laplace_scale": mech.scale,
+                     "estimand": "DR (AIPW) mean over the scoring block, V = U/n"}
+    return selection_document(spec, setup, k, plan, value_doc), value_doc
+
+
+def run(spec: SelectPolicySpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, Any], *,
+        rng: np.random.Generator, noise: NoiseGuard) -> Release:
+    """Score every policy, release one by the exponential mechanism (and optionally its value)."""
+    setup = build_setup(spec, len(frame), side)
+    if setup.library.sha256 != plan.details["library_sha256"]:
+        raise SpecError("the policy library changed between the plan and the run; rerun")
+    utilities = compute_utilities(spec, setup, frame, side)
+    doc, value_doc = release_selection(spec, setup, utilities, plan, noise=noise)
+    del utilities
+    summary: dict[str, Any] = {"selected_policy": doc["selected"]["name"],
+                               "library_size": setup.library.size,
+                               "utility_sensitivity": setup.utility_sensitivity}
+    if value_doc is not None:
+        summary["released_value"] = value_doc["value"]
+    return Release(documents={"selection.json": doc}, summary=summary)

@@ -1,0 +1,39 @@
+"""select-policy's released document: the chosen policy and the public calibration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.commands.select_policy.setup import STAGE_CHOICE, Setup
+from dpcausal.commands.select_policy.spec import SelectPolicySpec
+
+SELECTION_FORMAT_VERSION = 1
+
+
+def selection_document(spec: SelectPolicySpec, setup: Setup, k: int, plan: PrivacyPlan,
+                       value_doc: dict[str, Any] | None) -> dict[str, Any]:
+    """The chosen policy and the public calibration; never utilities, probabilities or fits."""
+    sec = spec.select_policy
+    ev = plan.event(STAGE_CHOICE)
+    doc: dict[str, Any] = {
+        "format_version": SELECTION_FORMAT_VERSION,
+        "command": "select-policy",
+        "selected": {"index": k, **setup.library.policies[k]},
+        "actions": {"treated": sec.treated, "control": sec.control_label(),
+                    "policy_output": "true/1 = treated, false/0 = control"},
+        "library": {"sha256": setup.library.sha256, "size": setup.library.size,
+                    **setup.library.source},
+        "regime": setup.regime,
+        "privacy": {
+            "epsilon": ev.epsilon, "delta": 0.0, "guarantee": "pure",
+            "mechanism": "exponential, P(pi) ∝ exp(eps U(pi) / (2 Delta))",
+            "sensitivity": setup.utility_sensitivity, "gumbel_scale": ev.noise_scale,
+            "certificate": setup.certificate.to_dict() if setup.certificate else None,
+            "learners": setup.learners, "neighbouring": plan.neighbouring,
+            "N": setup.n_total, "m": setup.m, "n": setup.n,
+        },
+    }
+    if value_doc is not None:
+        doc["value_release"] = value_doc
+    return doc

@@ -1,0 +1,193 @@
+"""select-policy's public setup: the library, the regime, the block sizes and the learners'
+certificate, from the spec, the public row count and the public files; the columns it reads."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from dpcausal.commands.common import row_split
+from dpcausal.commands.common.arms import treated_mask
+from dpcausal.commands.select_policy.library import PolicyLibrary, build_library, paper160
+from dpcausal.commands.select_policy.spec import LibraryFile, SelectPolicySection, SelectPolicySpec
+from dpcausal.errors import DataError, MissingBoundsError, SpecError
+from dpcausal.learners import (
+    CertifiedLogistic,
+    CertifiedRidge,
+    SpilloverCertificate,
+    UnitBoxFeatures,
+    certify_spillover,
+)
+from dpcausal.learners.certificate import score_bounds
+from dpcausal.method import SideInput
+
+FloatArray = npt.NDArray[np.float64]
+STAGE_CHOICE = "select_policy.choice"
+STAGE_VALUE = "select_policy.value"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Every public constant of one run, from the spec, the public row count and public files."""
+
+    library: PolicyLibrary
+    regime: str
+    n_total: int
+    m: int
+    n: int
+    utility_sensitivity: float
+    """Δ: how much one policy's utility U(π) moves when one row is replaced (Δ_cert, 2B_ψ or
+    2B by regime); the exponential mechanism's sensitivity, not the privacy δ."""
+    certificate: SpilloverCertificate | None
+    fmap: UnitBoxFeatures | None
+    y_bounds: tuple[float, float] | None
+    mu_bounds: tuple[float, float] | None
+    learners: dict[str, Any]
+
+
+def _covariates(spec: SelectPolicySpec) -> list[str]:
+    cols = spec.data.columns
+    if not cols.covariates:
+        raise SpecError("data.columns.covariates: select-policy needs at least one covariate "
+                        "column")
+    return list(cols.covariates)
+
+
+def feature_map(spec: SelectPolicySpec) -> UnitBoxFeatures:
+    """The learners' public feature map; refuses when a covariate bound is missing."""
+    names = _covariates(spec)
+    missing = [c for c in names if spec.bounds.covariate(c) is None]
+    if missing:
+        raise MissingBoundsError(
+            f"bounds.covariates has no bound for {', '.join(missing)}: the certified learners clip "
+            "every covariate to public bounds (R_x = √(d+1) enters Δ); add them per column or "
+            "give one [lo, hi] for all"
+        )
+    b = np.array([spec.bounds.covariate(c) for c in names], dtype=np.float64)
+    return UnitBoxFeatures(tuple(names), b[:, 0], b[:, 1])
+
+
+def load_library(spec: SelectPolicySpec, side: dict[str, Any]) -> PolicyLibrary:
+    """Materialise and hash the public library (before any data row is read)."""
+    lib = spec.select_policy.library
+    names = _covariates(spec)
+    if isinstance(lib, LibraryFile):
+        return build_library(side["library"], names, where=str(lib.path),
+                             source={"file": str(lib.path)})
+    pols = paper160(names, lib.seed, lib.n_random, lib.rare_threshold)
+    return build_library({"policies": pols}, names, where="select_policy.library (paper160)",
+                         source={"generator": "paper160", "seed": lib.seed,
+                                 "n_random": lib.n_random,
+                                 "rare_threshold": next(p["threshold"] for p in pols
+                                                        if p["type"] == "rare_region")})
+
+
+def build_setup(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any]) -> Setup:
+    """Derive Δ and every public constant; refuse missing bounds (exit 3) and bad sizes (exit 2)."""
+    sec = spec.select_policy
+    library = load_library(spec, side)
+    cols = spec.data.columns
+    if sec.regime == "fixed":
+        assert sec.fixed_scores is not None
+        delta = 2.0 * sec.fixed_scores.bound
+        return Setup(library, "fixed", n_rows, 0, n_rows, delta, None, None, None, None,
+                     {"scores": "user-supplied columns, clipped to [-B, B]"})
+    if cols.outcome is None or cols.treatment is None:
+        raise SpecError("data.columns: select-policy needs both 'outcome' and 'treatment' columns "
+                        "(or regime: fixed with select_policy.fixed_scores)")
+    if spec.bounds.outcome is None:
+        raise MissingBoundsError(
+            "bounds.outcome is missing: select-policy clips Y to public bounds [lo, hi] (they "
+            "bound every DR score and Δ; never taken from the data); add e.g. "
+            "bounds: {outcome: [0, 1]}"
+        )
+    y_bounds = (float(spec.bounds.outcome[0]), float(spec.bounds.outcome[1]))
+    mu_bounds = tuple(sec.mu_bounds) if sec.mu_bounds is not None else y_bounds
+    fmap = feature_map(spec)
+    d = fmap.d
+    if sec.regime == "frozen":
+        b_mu, r, b_psi = score_bounds(sec.zeta, y_bounds, mu_bounds)  # type: ignore[arg-type]
+        cert = SpilloverCertificate(d, 0, n_rows, sec.zeta, y_bounds, mu_bounds,  # type: ignore[arg-type]
+                                    b_mu, r, b_psi, 0.0, 0.0, 0.0, 2 * b_psi, 0.0, 2 * b_psi,
+                                    "frozen")
+        return Setup(library, "frozen", n_rows, 0, n_rows, cert.delta_cert, cert, fmap, y_bounds,
+                     mu_bounds, {"nuisance": f"frozen public model file {sec.frozen_model}"})  # type: ignore[arg-type]
+    m = math.floor(sec.train_fraction * n_rows)
+    n = n_rows - m
+    if m < 1 or n < 1:
+        raise DataError(
+            f"{spec.data.path}: {n_rows} row(s) give m = {m} nuisance rows and n = {n} scoring "
+            "rows with select_policy.train_fraction; both blocks need at least one row"
+        )
+    ridge = CertifiedRidge(sec.lambda_mu, y_bounds, mu_bounds, sec.solver_tol)  # type: ignore[arg-type]
+    logistic = CertifiedLogistic(sec.lambda_e, sec.zeta, sec.solver_tol)
+    for field, problem in (("lambda_mu", ridge.problem(d)), ("lambda_e", logistic.problem(m, d))):
+        if problem is not None:  # public settings only: refused before any row is read
+            raise SpecError(f"select_policy.{field}: {problem}; raise it")
+    if sec.certificate == "erm":
+        beta_mu, beta_e = ridge.beta(m, d), logistic.beta(m, d)
+    else:
+        beta_mu, beta_e = mu_bounds[1] - mu_bounds[0], 1.0 - 2.0 * sec.zeta
+    cert = certify_spillover(d=d, m=m, n=n, zeta=sec.zeta, y_bounds=y_bounds,
+                             mu_bounds=mu_bounds, beta_mu=beta_mu, beta_e=beta_e,  # type: ignore[arg-type]
+                             certificate_type=sec.certificate)
+    learners = {
+        "outcome": {"name": "certified ridge per arm (centred outcome, penalised intercept)",
+                    "lambda": sec.lambda_mu, **ridge.constants(d)},
+        "propensity": {"name": "certified l2-logistic (penalised intercept), damped Newton",
+                       "lambda": sec.lambda_e, **logistic.constants(d)},
+        "solver_tol": sec.solver_tol,
+        # public rounding bounds (learners/rounding.py), already inside beta_mu and beta_e
+        "ridge_solve_error": ridge.solve_error(d),
+        "logistic_stop_tol": logistic.accuracy(m, d).stop_tol,
+        "logistic_distance_to_minimiser": logistic.accuracy(m, d).distance,
+        "objective": "(1/m) sum loss + (lambda/2) ||theta||^2 over all m nuisance rows",
+    }
+    return Setup(library, "learned", n_rows, m, n, cert.delta_cert, cert, fmap, y_bounds,
+                 mu_bounds, learners)  # type: ignore[arg-type]
+
+
+def treated_indicator(spec: SelectPolicySpec, frame: pd.DataFrame) -> npt.NDArray[np.bool_]:
+    """The treatment column as a treated indicator; refuses values that are neither arm."""
+    sec: SelectPolicySection = spec.select_policy
+    col = spec.data.columns.treatment
+    assert col is not None
+    return treated_mask(frame[col], sec, path=spec.data.path, column=col,
+                        command="select-policy's certified route")
+
+
+def split_indices(spec: SelectPolicySpec, n_rows: int, m: int) -> tuple[npt.NDArray[np.intp],
+                                                                         npt.NDArray[np.intp]]:
+    """(nuisance rows, scoring rows) by ``select_policy.split``
+    (:mod:`dpcausal.commands.common.row_split`): by default a fresh secret permutation, so call it
+    once per run."""
+    return row_split.parts(spec.select_policy.split, n_rows, m)
+
+
+def data_columns(spec: SelectPolicySpec) -> list[str]:
+    """Columns read from the sensitive file."""
+    cols = spec.data.columns
+    out = list(cols.covariates)
+    fs = spec.select_policy.fixed_scores
+    if spec.select_policy.regime == "fixed" and fs is not None:
+        out += [fs.treated, fs.control]
+    else:
+        out += [c for c in (cols.outcome, cols.treatment) if c is not None]
+    return list(dict.fromkeys(out))
+
+
+def side_inputs(spec: SelectPolicySpec) -> dict[str, SideInput]:
+    """The public library file and the public frozen nuisance model, as documents."""
+    sec = spec.select_policy
+    out: dict[str, SideInput] = {}
+    if isinstance(sec.library, LibraryFile):
+        out["library"] = SideInput(sec.library.path, None, "policy library file", kind="document")
+    if sec.frozen_model is not None:
+        out["frozen_model"] = SideInput(sec.frozen_model, None, "frozen nuisance model file",
+                                        kind="document")
+    return out

@@ -1,0 +1,125 @@
+"""synth-control in memory: the donor matrices, the noised coefficients and post-period donors, the
+counterfactual path and the effect."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.commands.synth_control import dpsc
+from dpcausal.commands.synth_control.panel import (
+    OutcomeMap,
+    PanelLayout,
+    _plain,
+    build_layout,
+    value_matrix,
+)
+from dpcausal.commands.synth_control.plot import plot_png
+from dpcausal.commands.synth_control.setup import COMMAND, NEIGHBOURING, PAPER
+from dpcausal.commands.synth_control.spec import SynthControlSpec
+from dpcausal.errors import DataError
+from dpcausal.mechanisms import NoiseGuard
+from dpcausal.method import Release
+
+
+def _check_same_structure(layout: PanelLayout, plan: PrivacyPlan) -> None:
+    d = plan.details
+    if (layout.n, layout.t0, layout.h) != (d["n_donors"], d["pre_periods_T0"], d["post_periods_h"]):
+        raise DataError("the data file's panel structure changed between planning and reading; "
+                        "rerun on a file that is not being written to")
+
+
+def counterfactual_path(spec: SynthControlSpec, x: np.ndarray, y: np.ndarray, t0: int,
+                        plan: PrivacyPlan, *, noise: NoiseGuard
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """Private (y_out, f_out) in mapped units from mapped donors x (n × T) and target y (T)."""
+    sec = spec.synth_control
+    n, periods = x.shape
+    h = periods - t0
+    lam = float(plan.details["lambda"])
+    eps1, eps2 = float(plan.details["epsilon1"]), float(plan.details["epsilon2"])
+    if sec.method == "out":
+        coef = dpsc.coefficient_mechanism(eps1, plan.events[0].sensitivity, n)
+        f_out = noise.release(coef, dpsc.ridge_coefficients(x[:, :t0], y[:t0], lam))
+    else:
+        params = dpsc.objective_parameters(n, t0, lam, eps1, sec.c)
+        b = noise.objective_noise(dpsc.objective_perturbation(params, n, eps1))
+        f_out = dpsc.objective_coefficients(x[:, :t0], y[:t0], lam, params, b)
+    post = dpsc.post_mechanism(plan.details["step2"], eps2, n, h)
+    x_post = np.asarray(noise.release(post, x[:, t0:].ravel())).reshape(n, h)
+    return x_post.T @ f_out, f_out
+
+
+def run(spec: SynthControlSpec, frame: pd.DataFrame, plan: PrivacyPlan,
+        side: dict[str, pd.DataFrame], *, rng: np.random.Generator,
+        noise: NoiseGuard) -> Release:
+    """Map and clip the panel, release the counterfactual path, the effect and the plot."""
+    path = spec.data.path
+    layout = build_layout(spec, frame, path)
+    _check_same_structure(layout, plan)
+    omap = OutcomeMap.from_spec(spec)
+    x_raw, y_raw = value_matrix(spec, layout, frame, path)
+    x, y = omap.forward(x_raw), omap.forward(y_raw)
+    del x_raw
+    y_out, f_out = counterfactual_path(spec, x, y, layout.t0, plan, noise=noise)
+    del x
+    counterfactual = omap.inverse(y_out)
+    t0 = layout.t0
+    effect = y_raw[t0:] - counterfactual
+    table = pd.DataFrame({
+        "time": [_plain(t) for t in layout.times],
+        "period": ["pre"] * t0 + ["post"] * layout.h,
+        "observed": y_raw,
+        "counterfactual": np.concatenate([np.full(t0, np.nan), counterfactual]),
+        "effect": np.concatenate([np.full(t0, np.nan), effect]),
+    })
+    avg, cum = float(np.mean(effect)), float(np.sum(effect))
+    certified = spec.synth_control.method == "out"
+    doc = effect_document(spec, layout, plan, avg, cum, certified)
+    release = Release(documents={"effect.json": doc}, tables={"counterfactual": table})
+    if spec.synth_control.release_weights:
+        release.tables["weights"] = pd.DataFrame({
+            "unit": [_plain(d) for d in layout.donors], "weight": f_out})
+    note = (f"DPSC_out, {plan.details['sensitivity']} Δ, step 2 {plan.details['step2']}"
+            if certified else "DPSC_obj: NO DP GUARANTEE")
+    release.figures["synth_control.png"] = plot_png(
+        table, target=str(_plain(layout.target)), epsilon=spec.privacy.epsilon, title_note=note)
+    release.summary.update({
+        "average_post_effect": avg, "cumulative_post_effect": cum, "n_donors": layout.n,
+        "pre_periods": t0, "post_periods": layout.h, "step2": plan.details["step2"],
+        "sensitivity": plan.details["sensitivity"],
+    })
+    return release
+
+
+def effect_document(spec: SynthControlSpec, layout: PanelLayout, plan: PrivacyPlan, avg: float,
+                    cum: float, certified: bool) -> dict[str, Any]:
+    """The small JSON summary of the release (all post-processing of private values + public y)."""
+    d = plan.details
+    doc: dict[str, Any] = {
+        "command": COMMAND,
+        "method": (
+            "DPSC_out (ridge + ℓ2-Laplace output perturbation, private post donors)" if certified
+            else "DPSC_obj (objective perturbation) — UNCERTIFIED, no DP guarantee"),
+        "paper": PAPER,
+        "target": _plain(layout.target),
+        "treatment_time": _plain(spec.synth_control.treatment_time),
+        "n_donors": layout.n, "pre_periods": layout.t0, "post_periods": layout.h,
+        "average_post_effect": avg,
+        "cumulative_post_effect": cum,
+        "effect_definition": "observed target − private counterfactual, averaged over post periods",
+        "privacy": {
+            "epsilon": spec.privacy.epsilon, "epsilon1": d["epsilon1"], "epsilon2": d["epsilon2"],
+            "delta": 0.0, "dp_guarantee": certified, "lambda": d["lambda"],
+            "sensitivity": d["sensitivity"], "step2": d["step2"],
+            "neighbouring": f"{NEIGHBOURING['relation']} ({NEIGHBOURING['unit']})",
+        },
+    }
+    if "noise_rmse_bound" in d:
+        doc["noise_rmse_bound_per_period"] = d["noise_rmse_bound"]
+        doc["noise_rmse_bound_note"] = ("public bound on the RMS privacy noise per post period, "
+                                        "original units (spec §5.5/§5.7); excludes model bias")
+    return doc

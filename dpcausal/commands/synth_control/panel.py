@@ -1,0 +1,344 @@
+"""The panel of ``synth-control``: its public structure (units, periods) and the bounded value matrix.
+
+The structure — which units and periods exist, the target, the donor list, T0 — is public under the
+method's neighbouring relation (replace one donor's series; n, T, T0 and unit ids are public, spec
+§1.3 and §6.4). It is read from the unit and time columns only, before any outcome value; the plan
+is built from it. Outcome values are read only at run time, mapped by the public bounds and clipped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from dpcausal.commands.synth_control.spec import SynthControlSpec
+from dpcausal.errors import DataError, MissingBoundsError, SpecError
+from dpcausal.io.tables import inspect_table
+
+FloatArray = npt.NDArray[np.float64]
+MAX_NAMED = 3
+
+
+def unit_key(value: Any) -> str:
+    """Normalise a unit id so that 3, 3.0 and "3" match (file types and YAML types differ)."""
+    if isinstance(value, bool | np.bool_):
+        return str(bool(value))
+    if isinstance(value, int | np.integer):
+        return str(int(value))
+    if isinstance(value, float | np.floating) and float(value).is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-able form of a unit id or time value."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, pd.Timestamp | dt.date | dt.datetime):
+        return value.isoformat()
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def structure_columns(spec: SynthControlSpec) -> list[str]:
+    """The public structure columns: unit and time (long), or time (wide)."""
+    cols = spec.data.columns
+    if cols.time is None:
+        raise SpecError("data.columns.time: synth-control needs the time column's name")
+    if spec.synth_control.layout == "long":
+        if cols.unit is None or cols.outcome is None:
+            raise SpecError(
+                "data.columns: the long layout needs 'unit', 'time' and 'outcome' columns "
+                "(or set synth_control.layout: wide for one column per unit)"
+            )
+        return [cols.unit, cols.time]
+    if cols.unit is not None or cols.outcome is not None:
+        raise SpecError(
+            "data.columns: the wide layout takes only 'time' (every other column is a unit); "
+            "remove data.columns.unit/outcome, or use layout: long"
+        )
+    return [cols.time]
+
+
+def data_columns(spec: SynthControlSpec) -> list[str]:
+    """Columns read at run time: unit/time/outcome (long) or time, target and donors (wide)."""
+    cols = spec.data.columns
+    base = structure_columns(spec)
+    sec = spec.synth_control
+    if sec.layout == "long":
+        assert cols.outcome is not None
+        return [*base, cols.outcome]
+    units = [str(sec.target)]
+    if sec.donors is not None:
+        units += [str(d) for d in sec.donors]
+    else:
+        header = inspect_table(spec.data.path).columns  # the schema only: public
+        units += [c for c in header if c not in (cols.time, str(sec.target))]
+    return [*base, *units]
+
+
+@dataclass(frozen=True)
+class PanelLayout:
+    """The public structure of a balanced panel."""
+
+    layout: str
+    target: Any
+    donors: tuple[Any, ...]
+    times: tuple[Any, ...]
+    t0: int
+
+    @property
+    def n(self) -> int:
+        """Number of donors."""
+        return len(self.donors)
+
+    @property
+    def periods(self) -> int:
+        """T."""
+        return len(self.times)
+
+    @property
+    def h(self) -> int:
+        """Post periods T − T0."""
+        return len(self.times) - self.t0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Public facts for the plan's details."""
+        return {
+            "layout": self.layout, "target": _plain(self.target), "n_donors": self.n,
+            "periods_T": self.periods, "pre_periods_T0": self.t0, "post_periods_h": self.h,
+            "first_time": _plain(self.times[0]), "first_post_time": _plain(self.times[self.t0]),
+            "last_time": _plain(self.times[-1]),
+        }
+
+
+def _pre_mask(spec: SynthControlSpec, times: pd.Series, path: Path | None) -> npt.NDArray[np.bool_]:
+    """times < treatment_time, with a clear error when the types cannot be compared."""
+    t_star = spec.synth_control.treatment_time
+    col = spec.data.columns.time
+    if pd.api.types.is_datetime64_any_dtype(times):
+        try:
+            stamp = pd.Timestamp(t_star)
+            if times.dt.tz is not None and stamp.tzinfo is None:
+                stamp = stamp.tz_localize(times.dt.tz)
+            return np.asarray(times < stamp)
+        except (ValueError, TypeError) as exc:
+            raise SpecError(
+                f"synth_control.treatment_time: {t_star!r} is not a date comparable with the "
+                f"dates of column '{col}' of {path}; give it as an ISO date, e.g. 2020-01-01"
+            ) from exc
+    if pd.api.types.is_numeric_dtype(times) and not pd.api.types.is_bool_dtype(times):
+        if isinstance(t_star, bool) or not isinstance(t_star, int | float):
+            raise SpecError(
+                f"synth_control.treatment_time: column '{col}' of {path} holds numbers; give the "
+                f"first post-intervention period as a number (got {t_star!r})"
+            )
+        return np.asarray(times.to_numpy(dtype=np.float64) < float(t_star))
+    if not isinstance(t_star, str):
+        raise SpecError(
+            f"synth_control.treatment_time: column '{col}' of {path} holds text; give the first "
+            f"post-intervention period as text in the same format (got {t_star!r}), e.g. quoted"
+        )
+    return np.asarray(times.astype(str) < t_star)
+
+
+def _sorted_times(values: pd.Series, path: Path | None, col: str) -> pd.Series:
+    if values.isna().any():
+        raise DataError(
+            f"{path}: column '{col}' (time) has missing values; every row needs a period")
+    return pd.Series(values.unique()).sort_values(ignore_index=True)
+
+
+def build_layout(spec: SynthControlSpec, frame: pd.DataFrame, path: Path | None) -> PanelLayout:
+    """Read the public structure from the unit/time columns (long) or the header and time (wide).
+
+    Refuses a missing target or donor, an unbalanced panel (naming the unit and period), duplicate
+    cells, and T0 < 1 or no post period.
+    """
+    sec = spec.synth_control
+    cols = spec.data.columns
+    assert cols.time is not None
+    if sec.layout == "long":
+        assert cols.unit is not None
+        if frame[cols.unit].isna().any():
+            raise DataError(f"{path}: column '{cols.unit}' (unit) has missing values")
+        codes, uniques = pd.factorize(frame[cols.unit], sort=False)
+        keys = [unit_key(u) for u in uniques]
+        by_key = {k: i for i, k in enumerate(keys)}
+        if len(by_key) != len(keys):
+            raise DataError(f"{path}: column '{cols.unit}' has unit ids that differ only in type "
+                            "(e.g. 3 and '3'); make them unique")
+        tkey = unit_key(sec.target)
+        if tkey not in by_key:
+            raise SpecError(f"synth_control.target: unit {sec.target!r} is not in column "
+                            f"'{cols.unit}' of {path}; check the target id")
+        if sec.donors is not None:
+            missing = [d for d in sec.donors if unit_key(d) not in by_key]
+            if missing:
+                raise SpecError(f"synth_control.donors: unit(s) {', '.join(map(repr, missing))} "
+                                f"not in column '{cols.unit}' of {path}")
+            donor_idx = [by_key[unit_key(d)] for d in sec.donors]
+        else:
+            donor_idx = [i for i, k in enumerate(keys) if k != tkey]
+        used = [by_key[tkey], *donor_idx]
+        if len(used) < 2:
+            raise DataError(f"{path}: no donor units besides the target {sec.target!r}")
+        pos = np.full(len(uniques), -1, dtype=np.int64)
+        pos[used] = np.arange(len(used))
+        row_unit = pos[codes]
+        keep = row_unit >= 0
+        times = _sorted_times(frame.loc[keep, cols.time], path, cols.time)
+        row_time = np.searchsorted(times.to_numpy(), frame.loc[keep, cols.time].to_numpy())
+        counts = np.bincount(row_unit[keep] * len(times) + row_time,
+                             minlength=len(used) * len(times)).reshape(len(used), len(times))
+        labels = [uniques[i] for i in used]
+        _check_cells(counts, labels, times, path)
+        target, donors = uniques[used[0]], tuple(uniques[i] for i in donor_idx)
+    else:
+        tcol = frame[cols.time]
+        times = _sorted_times(tcol, path, cols.time)
+        if len(times) != len(tcol):
+            dup = tcol[tcol.duplicated()].iloc[0]
+            raise DataError(
+                f"{path}: period {_plain(dup)!r} appears in more than one row of column "
+                f"'{cols.time}'; the wide layout needs one row per period")
+        target = str(sec.target)
+        unit_cols = data_columns(spec)[2:]
+        donors = tuple(unit_cols)
+    pre = _pre_mask(spec, times, path)
+    t0 = int(pre.sum())
+    if t0 < 1 or t0 == len(times):
+        where = "before" if t0 < 1 else "at or after"
+        raise SpecError(
+            f"synth_control.treatment_time: no period of {path} is {where} {sec.treatment_time!r}; "
+            "synth-control needs at least one pre- and one post-intervention period"
+        )
+    return PanelLayout(sec.layout, target, donors, tuple(times.tolist()), t0)
+
+
+def _check_cells(counts: npt.NDArray[np.int64], labels: list[Any], times: pd.Series,
+                 path: Path | None) -> None:
+    """Refuse missing (unit, time) cells and duplicated ones, naming the first few."""
+    for bad, what, fix in (
+        (counts == 0, "missing", "synth-control needs a balanced panel: every used unit observed "
+         "at every period. Fill the cells by a rule that uses only that unit's own series, or drop "
+         "the unit or period by a public rule (never because of its values)"),
+        (counts > 1, "duplicated", "keep one row per (unit, time)"),
+    ):
+        if bad.any():
+            ui, ti = np.nonzero(bad)
+            named = ", ".join(f"unit {_plain(labels[u])!r} at time {_plain(times.iloc[t])!r}"
+                              for u, t in zip(ui[:MAX_NAMED], ti[:MAX_NAMED], strict=True))
+            more = f" (and {len(ui) - MAX_NAMED} more)" if len(ui) > MAX_NAMED else ""
+            raise DataError(f"{path}: {len(ui)} {what} panel cell(s): {named}{more}; {fix}")
+
+
+def value_matrix(spec: SynthControlSpec, layout: PanelLayout, frame: pd.DataFrame,
+                 path: Path | None) -> tuple[FloatArray, FloatArray]:
+    """Raw outcome values: donors X (n × T, rows in ``layout.donors`` order) and target y (T).
+
+    Refuses non-numeric and missing cells, naming the unit and period.
+    """
+    cols = spec.data.columns
+    assert cols.time is not None
+    times = pd.Series(layout.times)
+    if layout.layout == "long":
+        assert cols.unit is not None
+        assert cols.outcome is not None
+        codes, uniques = pd.factorize(frame[cols.unit], sort=False)
+        order = {unit_key(u): i for i, u in enumerate([layout.target, *layout.donors])}
+        pos = np.array([order.get(unit_key(u), -1) for u in uniques], dtype=np.int64)
+        row_unit = pos[codes]
+        keep = row_unit >= 0
+        row_time = np.searchsorted(times.to_numpy(), frame.loc[keep, cols.time].to_numpy())
+        values = _numeric(frame.loc[keep, cols.outcome], path, cols.outcome,
+                          [layout.target, *layout.donors], row_unit[keep], times, row_time)
+        mat = np.full((layout.n + 1, layout.periods), np.nan)
+        mat[row_unit[keep], row_time] = values
+        if np.isnan(mat).any():  # the structure changed since the plan was made
+            raise DataError(f"{path}: the panel's structure changed while running; rerun")
+    else:
+        sorted_frame = frame.sort_values(cols.time, kind="stable", ignore_index=True)
+        units = [str(layout.target), *[str(d) for d in layout.donors]]
+        mat = np.empty((len(units), layout.periods))
+        for i, u in enumerate(units):
+            mat[i] = _numeric(sorted_frame[u], path, u, [u], np.zeros(len(sorted_frame), np.int64),
+                              times, np.arange(len(sorted_frame)))
+    return mat[1:], mat[0]
+
+
+def _numeric(series: pd.Series, path: Path | None, column: str, labels: list[Any],
+             unit_idx: npt.NDArray[np.int64], times: pd.Series,
+             time_idx: npt.NDArray[np.int64]) -> FloatArray:
+    """Float values of ``series``; errors name the unit and period of the first bad cell."""
+    s = series.astype("float64") if pd.api.types.is_bool_dtype(series) else series
+    arr = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    was_missing = series.isna().to_numpy()
+    for bad, what in ((np.isnan(arr) & ~was_missing, "non-numeric"),
+                      (~np.isfinite(arr), "missing, NaN or infinite")):
+        if bad.any():
+            idx = np.flatnonzero(bad)
+            named = ", ".join(f"unit {_plain(labels[unit_idx[i]])!r} at time "
+                              f"{_plain(times.iloc[time_idx[i]])!r}" for i in idx[:MAX_NAMED])
+            more = f" (and {len(idx) - MAX_NAMED} more)" if len(idx) > MAX_NAMED else ""
+            raise DataError(
+                f"{path}: column '{column}' has {len(idx)} {what} value(s): {named}{more}; "
+                "dpcausal never drops or imputes cells: fix them with a rule that uses only that "
+                "unit's own series"
+            )
+    return arr
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeMap:
+    """The public map of bounds.outcome [lo, hi] into [−1, 1], and its inverse for outputs."""
+
+    lo: float
+    hi: float
+    kind: str
+
+    @classmethod
+    def from_spec(cls, spec: SynthControlSpec) -> OutcomeMap:
+        """Refuse when bounds.outcome is missing (never taken from the data)."""
+        if spec.bounds.outcome is None:
+            raise MissingBoundsError(
+                "bounds.outcome is missing: synth-control needs public bounds [lo, hi] on every "
+                "outcome value (donors and target) to map them into [-1, 1]; they are never taken "
+                "from the data. Add e.g. bounds: {outcome: [0, 300]}"
+            )
+        lo, hi = spec.bounds.outcome
+        return cls(float(lo), float(hi), spec.synth_control.scaling)
+
+    @property
+    def unit_scale(self) -> float:
+        """Original units per mapped unit (B for scale, (hi − lo)/2 for affine)."""
+        if self.kind == "scale":
+            return max(abs(self.lo), abs(self.hi))
+        return (self.hi - self.lo) / 2.0
+
+    def forward(self, x: FloatArray) -> FloatArray:
+        """Clip to [lo, hi], then map: every result lies in [−1, 1]."""
+        c = np.clip(x, self.lo, self.hi)
+        if self.kind == "scale":
+            return np.clip(c / self.unit_scale, -1.0, 1.0)
+        return np.clip(2.0 * (c - self.lo) / (self.hi - self.lo) - 1.0, -1.0, 1.0)
+
+    def inverse(self, z: FloatArray) -> FloatArray:
+        """Back to original units (post-processing of released values)."""
+        if self.kind == "scale":
+            return np.asarray(z) * self.unit_scale
+        return self.lo + (np.asarray(z) + 1.0) * (self.hi - self.lo) / 2.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The assumption recorded in the receipt."""
+        return {"outcome_bounds": [self.lo, self.hi], "scaling": self.kind,
+                "mapped_range": [-1.0, 1.0], "clipped": True,
+                "unit_scale": self.unit_scale if math.isfinite(self.unit_scale) else None}

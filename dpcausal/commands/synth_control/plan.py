@@ -1,0 +1,80 @@
+"""synth-control's privacy plan, from the spec and the panel's public structure (n, T, T0) alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.commands.synth_control import dpsc
+from dpcausal.commands.synth_control.panel import OutcomeMap, build_layout
+from dpcausal.commands.synth_control.setup import (
+    COMMAND,
+    NEIGHBOURING,
+    check_lambda,
+    check_mode,
+    ridge_lambda,
+)
+from dpcausal.commands.synth_control.spec import SynthControlSpec
+
+
+def plan(spec: SynthControlSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
+         rng: np.random.Generator) -> PrivacyPlan:
+    """Build the plan from the spec and the panel's public structure (n, T, T0) alone."""
+    check_mode(spec)
+    sec = spec.synth_control
+    omap = OutcomeMap.from_spec(spec)
+    layout = build_layout(spec, side["panel"], spec.data.path)
+    n, t0, h = layout.n, layout.t0, layout.h
+    lam, lam_rule = ridge_lambda(spec, t0)
+    check_lambda(lam, n, t0)
+    eps = spec.privacy.epsilon
+    eps1 = sec.epsilon_split * eps
+    eps2 = eps - eps1
+    step2 = dpsc.choose_step2(sec.step2, n, h)
+    post_mech = dpsc.post_mechanism(step2, eps2, n, h)
+    post_event = post_mech.event()
+    post_event = type(post_event)(**{**post_event.to_dict(), "params": {
+        **post_event.params, "variant": step2, "selected_by": sec.step2, "shape": [n, h],
+        "variance_ratio_matrix_over_entrywise": dpsc.step2_variance_ratio(n, h)}})
+    details: dict[str, Any] = {**layout.to_dict(), "method": sec.method, "lambda": lam,
+                               "lambda_rule": lam_rule, "epsilon1": eps1, "epsilon2": eps2,
+                               "step2": step2}
+    if sec.method == "out":
+        sensitivity, which = dpsc.coefficient_sensitivity(sec.sensitivity, n, t0, lam)
+        mech = dpsc.coefficient_mechanism(eps1, sensitivity, n)
+        ev = mech.event()
+        coef_event = type(ev)(**{**ev.to_dict(), "params": {
+            **ev.params, "sensitivity_mode": sec.sensitivity, "sensitivity_formula": which,
+            "lambda": lam, "T0": t0, "n": n,
+            "paper_sensitivity": dpsc.sensitivity_paper(n, t0, lam)}})
+        sigma_v2 = dpsc.coefficient_noise_variance(mech)
+        rmse = np.sqrt(dpsc.public_error_bound(n, t0, h, lam, sigma_v2,
+                                               dpsc.post_noise_variance(post_mech)))
+        details.update(sensitivity=sec.sensitivity, sensitivity_value=sensitivity,
+                       noise_rmse_bound=float(rmse * omap.unit_scale))
+    else:
+        params = dpsc.objective_parameters(n, t0, lam, eps1, sec.c)
+        coef_event = dpsc.objective_event(params, n, eps1, lam)
+        details.update(sensitivity="n/a (uncertified objective perturbation)",
+                       objective_branch=params.branch, epsilon0=params.epsilon0,
+                       delta_reg=params.delta_reg)
+    return PrivacyPlan(
+        command=COMMAND,
+        events=(coef_event, post_event),
+        neighbouring=dict(NEIGHBOURING),
+        guarantee="pure",
+        dp_guarantee=sec.method == "out",
+        assumptions={
+            **omap.to_dict(),
+            "target_public": True,
+            "donor_list": "public: " + ("synth_control.donors" if sec.donors is not None
+                                        else "every unit except the target"),
+            "panel_structure_public": "unit ids, periods, n, T, T0 (read from the unit/time "
+                                      "columns before any outcome value)",
+            "composition": "basic sequential over the two steps (the same donors): ε1 + ε2",
+        },
+        details=details,
+    )

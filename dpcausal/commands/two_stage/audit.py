@@ -1,0 +1,183 @@
+"""What ``audit privacy`` needs to drive ``two-stage``: its :data:`ADAPTER`.
+
+Neighbouring relation: replace one row in place (one individual); n is public.
+
+DP-2ERM releases θ by OBJECTIVE perturbation, so its privacy loss is not a function of a pre-noise
+vector: for θ in the interior of the ℓ₁ ball the output density is pdf_D(θ) = ν(b_D(θ))·det J_D with
+b_D(θ) = g_D − A_Dθ (g = 2Σ w_i t_i x_i, A = 2Σ w_i x_i x_iᵀ + nγI) and J_D = A_D (spec §2.7 and §10
+T2; the exact evaluation: cli_tests/two_stage_privacy_loss.py). ``pre_noise`` therefore returns an
+:class:`ObjectiveInput` that computes the exact interior loss against another one — sup over θ of
+|β(‖b_D′(θ)‖ − ‖b_D(θ)‖) + log det J_D − log det J_D′| — by a multi-start local search over the open
+ℓ₁ ball (a lower bound on the sup, attained by the witnesses the search starts from), and the exact
+gradient-map shift sup_θ ‖b_D(θ) − b_D′(θ)‖ (convex in θ: attained at a vertex λ₁·(±e_j)), which is
+compared with the event's sensitivity ζ·W̄₁ˢ. Only ``noise: gamma`` (pure ε-DP) is audited this way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+from scipy import optimize
+
+from dpcausal.accounting.events import PrivacyEvent
+from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.audit.estimators import EventLoss
+from dpcausal.audit.neighbours import Pair, RowDomain, replace_one
+from dpcausal.audit.privacy import AuditAdapter
+from dpcausal.commands.two_stage.method import METHOD
+from dpcausal.commands.two_stage.setup import build_setup, prepare
+from dpcausal.commands.two_stage.spec import TwoStageSpec
+from dpcausal.commands.two_stage.stage1 import compute_weights
+from dpcausal.errors import SpecError
+from dpcausal.method import Release
+
+FloatArray = npt.NDArray[np.float64]
+RANDOM_STARTS = 2
+
+
+def _domain(spec: TwoStageSpec) -> RowDomain:
+    setup = build_setup(spec)  # refuses missing bounds with the command's message
+    cols = spec.data.columns
+    assert cols.outcome is not None
+    assert cols.treatment is not None
+    assert spec.bounds.outcome is not None
+    numeric = {c: (float(lo), float(hi)) for c, lo, hi in zip(
+        setup.fmap.names, setup.fmap.lower, setup.fmap.upper, strict=True)}
+    numeric[cols.outcome] = (float(spec.bounds.outcome[0]), float(spec.bounds.outcome[1]))
+    sec = spec.two_stage
+    return RowDomain(numeric, {cols.treatment: [sec.treated, sec.control_label()]})
+
+
+def synthesize(spec: TwoStageSpec, n: int, rng: np.random.Generator) -> pd.DataFrame:
+    """``n`` rows drawn uniformly inside the public bounds, both arms equally likely."""
+    return _domain(spec).synthesize(n, rng)
+
+
+def neighbours(spec: TwoStageSpec, frame: pd.DataFrame, rng: np.random.Generator,
+               k: int) -> Iterator[Pair]:
+    """``k`` replace-one-row pairs around ``frame``, cycling through four kinds, adversarial first.
+
+    A planted pair at the upper corner with the arm flipped (t = 2(y − c)ã changes sign: the
+    replaced record's gradients are anti-parallel, the E1 case); a planted pair at a random corner
+    with Y at the top vs the bottom of its range; a row replaced by a random corner of the bounds;
+    and by a random row.
+    """
+    domain = _domain(spec)
+    cols = spec.data.columns
+    assert cols.outcome is not None
+    lo, hi = domain.numeric[cols.outcome]
+    for i in range(k):
+        idx = int(rng.integers(len(frame)))
+        kind = i % 4
+        if kind == 0:
+            a, b = domain.extreme_pair(rng)
+            yield (f"row {idx} planted at the upper corner, arm flipped",
+                   replace_one(frame, idx, a), replace_one(frame, idx, b))
+        elif kind == 1:
+            row = domain.corner_row(rng)
+            yield (f"row {idx} planted at a corner, Y top vs bottom",
+                   replace_one(frame, idx, {**row, cols.outcome: hi}),
+                   replace_one(frame, idx, {**row, cols.outcome: lo}))
+        elif kind == 2:
+            yield f"row {idx} -> corner of the bounds", None, replace_one(frame, idx,
+                                                                          domain.corner_row(rng))
+        else:
+            yield f"row {idx} -> random row in the bounds", None, replace_one(frame, idx,
+                                                                              domain.random_row(rng))
+
+
+@dataclass(frozen=True)
+class ObjectiveInput:
+    """One data set's side of DP-2ERM's stage 2: b(θ) = g − Aθ and J = A (squared loss)."""
+
+    g: FloatArray
+    a: FloatArray
+    l1_radius: float
+    beta: float
+    """Rate of the Gamma-norm noise density ν(b) ∝ exp(−β‖b‖) (β = 1/noise scale)."""
+
+    def _theta(self, u: FloatArray) -> FloatArray:
+        """A bijection of ℝ^p onto the open ℓ₁ ball of radius λ₁."""
+        return self.l1_radius * u / (1.0 + float(np.abs(u).sum()))
+
+    def _u(self, theta: FloatArray) -> FloatArray:
+        norm = float(np.abs(theta).sum())
+        if norm >= self.l1_radius:
+            theta = theta * (0.999 * self.l1_radius / norm)
+            norm = float(np.abs(theta).sum())
+        return theta / (self.l1_radius - norm)
+
+    def shift(self, other: ObjectiveInput) -> float:
+        """sup over the ℓ₁ ball of ‖b_D(θ) − b_D′(θ)‖ (convex in θ: the max is at a vertex)."""
+        dg, da = self.g - other.g, self.a - other.a
+        best = float(np.linalg.norm(dg))
+        for j in range(len(dg)):
+            for sgn in (1.0, -1.0):
+                best = max(best, float(np.linalg.norm(dg - da[:, j] * sgn * self.l1_radius)))
+        return best
+
+    def _sup(self, first: ObjectiveInput, second: ObjectiveInput, const: float,
+             starts: list[FloatArray]) -> float:
+        """sup over interior θ of β(‖b_second(θ)‖ − ‖b_first(θ)‖) + const."""
+
+        def neg(u: FloatArray) -> float:
+            th = self._theta(u)
+            return -(self.beta * (float(np.linalg.norm(second.g - second.a @ th))
+                                  - float(np.linalg.norm(first.g - first.a @ th))) + const)
+
+        best = -math.inf
+        for th0 in starts:
+            res = optimize.minimize(neg, self._u(th0), method="Powell",
+                                    options={"xtol": 1e-8, "ftol": 1e-12, "maxfev": 10_000})
+            best = max(best, -float(res.fun), -neg(self._u(th0)))
+        return best
+
+    def privacy_loss(self, other: ObjectiveInput, event: PrivacyEvent) -> EventLoss:
+        """The exact interior privacy loss of the Gamma-noise release between this data set (D)
+        and ``other`` (D′), both directions; shift = sup ‖b_D − b_D′‖ for the sensitivity check."""
+        logdet = float(np.linalg.slogdet(self.a)[1] - np.linalg.slogdet(other.a)[1])
+        p = len(self.g)
+        rng = np.random.default_rng(0)
+        starts = [np.zeros(p)]
+        for side in (self, other):  # where one side's b vanishes: the noise term is largest there
+            starts.append(np.asarray(np.linalg.solve(side.a, side.g), dtype=np.float64))
+        for _ in range(RANDOM_STARTS):
+            z = rng.standard_normal(p)
+            starts.append(0.9 * self.l1_radius * z / float(np.abs(z).sum()))
+        loss = max(self._sup(self, other, logdet, starts), self._sup(other, self, -logdet, starts))
+        return EventLoss(event.stage, event.kind, self.shift(other), event.sensitivity, loss, 0.0)
+
+
+def pre_noise(spec: TwoStageSpec, frame: pd.DataFrame, plan: PrivacyPlan,
+              side: dict[str, Any]) -> dict[str, Any]:
+    """The stage-2 objective of ``frame`` (non-private; audit only), by the plan's stage."""
+    if spec.two_stage.noise != "gamma":
+        raise SpecError("two_stage.noise: audit privacy covers noise: gamma (pure ε-DP) only; the "
+                        "Gaussian variant's loss is random and needs a δ analysis (spec §10 T2)")
+    setup = build_setup(spec)
+    data = prepare(spec, setup, frame, spec.data.path)
+    w = compute_weights(spec, setup, data)
+    n = len(data.t)
+    gamma = float(plan.details["gamma"])
+    xw = data.x * w[:, None]
+    ev = plan.events[0]
+    value = ObjectiveInput(g=2.0 * (xw.T @ data.t), a=2.0 * (xw.T @ data.x) + n * gamma *
+                           np.eye(data.x.shape[1]), l1_radius=setup.l1_radius,
+                           beta=1.0 / ev.noise_scale)
+    return {ev.stage: value}
+
+
+def output_vector(release: Release) -> FloatArray:
+    """The released θ (in the mapped feature space)."""
+    return np.asarray(release.documents["rule.json"]["theta"], dtype=np.float64)
+
+
+ADAPTER = AuditAdapter(METHOD, "two_stage", synthesize, neighbours, pre_noise, output_vector)
+"""two-stage's audit adapter (listed in :data:`dpcausal.commands.COMMANDS`)."""
+"""(synthesize, neighbours, pre_noise, output_vector), in AuditAdapter's order."""

@@ -1,0 +1,138 @@
+"""two-stage's privacy plan, from the spec and the public n (no row is read)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpcausal.accounting.events import PrivacyEvent
+from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.commands.two_stage.calibration import calibrate, noise_to_signal
+from dpcausal.commands.two_stage.privacy import mechanism, stability_bounds
+from dpcausal.commands.two_stage.setup import (
+    M_X,
+    MMD_MAX_ROWS,
+    TwoStageSetup,
+    build_setup,
+    mmd_box,
+    refuse_mmd_on_engine,
+)
+from dpcausal.commands.two_stage.spec import TwoStageSpec
+from dpcausal.errors import DataError, PrivacyError, SpecError, UncertifiedModeError
+from dpcausal.learners.rounding import cholesky_completes
+from dpcausal.learners.rounding import gamma as rounding_gamma
+
+STAGE1_FALLBACK = ("uniform weights (w = 1) if the stage-1 program is infeasible or its solve "
+                   "fails; the bound in use holds for any weights, so nothing is refused")
+
+
+def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
+         rng: np.random.Generator) -> PrivacyPlan:
+    """Build the plan from the spec and the public n (no row is read)."""
+    sec = spec.two_stage
+    delta = spec.privacy.delta
+    if sec.noise == "gamma" and delta != 0.0:
+        raise SpecError("privacy.delta: noise: gamma is pure ε-DP; set privacy.delta to 0 "
+                        "(or use two_stage.noise: gaussian)")
+    if sec.noise == "gaussian" and delta == 0.0:
+        raise SpecError("privacy.delta: noise: gaussian needs privacy.delta > 0 (e.g. 1e-6, "
+                        "well below 1/n)")
+    if sec.calibration == "paper" and not sec.allow_uncertified:
+        raise UncertifiedModeError(
+            "two_stage.calibration: 'paper' reproduces the paper's calibration, which leaks "
+            "(privacy loss up to ≈1.13ε); set two_stage.allow_uncertified: true to run it as a "
+            "reproduction without a DP guarantee, or use calibration: safe"
+        )
+    refuse_mmd_on_engine(spec)
+    if n_rows < 2:
+        raise DataError("the data file needs at least 2 rows")
+    if sec.weights == "mmd" and n_rows > MMD_MAX_ROWS:
+        raise SpecError(
+            f"weights: mmd forms an n × n kernel matrix and is limited to {MMD_MAX_ROWS} rows "
+            f"(the file has {n_rows}); use weights: ebw or ipw-logit for large files"
+        )
+    setup = build_setup(spec)
+    bounds = stability_bounds(spec, setup, n_rows)
+    dim = setup.fmap.dim
+    cal = calibrate(n=n_rows, dim=dim, m_x=M_X, m_y=setup.m_y, l1_radius=setup.l1_radius,
+                    epsilon=spec.privacy.epsilon, delta=delta, eps_split=sec.eps_split,
+                    noise=sec.noise, bounds=bounds, mode=sec.calibration)
+    mech = mechanism(spec, cal, dim)  # first: an ε too small for float64 is named as such
+    gamma = cal.gamma_required if sec.gamma is None else sec.gamma
+    if gamma < cal.gamma_required:
+        raise PrivacyError(
+            f"two_stage.gamma: {sec.gamma:g} is below γ_required = {cal.gamma_required:.6g} for "
+            f"ε = {spec.privacy.epsilon:g} and n = {n_rows}; raise it or omit it (default γ_required)"
+        )
+    # P = (2/n)H + γI, ‖(2/n)H‖ ≤ 2 (Σw = n, ‖x‖ ≤ 1): a factorisation that could fail on the data
+    # would be an exit that depends on it, so a γ too small for float64 is refused here (public)
+    slack = 2.0 * rounding_gamma(n_rows + 2)
+    if not cholesky_completes(dim, 2.0 + gamma + slack, gamma - slack):
+        raise SpecError(f"two_stage.gamma: γ = {gamma:.3g} is too small for a float64 stage-2 solve "
+                        f"with {dim} features that cannot fail; raise two_stage.gamma (or lower ε)")
+    base = mech.event()
+    rho = noise_to_signal(cal, n_rows)
+    params = {**base.params, "noise": sec.noise, "calibration": sec.calibration,
+              "epsilon_noise_term": cal.noise_epsilon, "epsilon_jacobian_term": cal.hessian_epsilon,
+              "gamma": gamma, "gamma_required": cal.gamma_required, "zeta": cal.zeta,
+              "lambda_H": cal.lambda_h, "stability": bounds.to_dict(), "l_tilde": cal.l_tilde,
+              "n": n_rows}
+    event = PrivacyEvent(kind=base.kind, stage=base.stage, epsilon=spec.privacy.epsilon,
+                         delta=delta, sensitivity=base.sensitivity, norm="l2",
+                         noise_scale=cal.scale, params=params)
+    details: dict[str, Any] = {
+        "weights": sec.weights, "sensitivity": sec.sensitivity, "calibration": sec.calibration,
+        "noise": sec.noise, "n_rows": n_rows, "dim": dim, "gamma": gamma,
+        "gamma_required": cal.gamma_required, "noise_scale": cal.scale,
+        "expected_noise_norm": cal.expected_noise_norm, "noise_to_signal": rho,
+        "zeta": cal.zeta, "W1s_bar": bounds.w1s, "W2aug_bar": bounds.w2aug,
+        "stability": bounds.to_dict(),
+        # public: whether stage 1 must certify its accuracy (only when the bound in use is
+        # method-specific; a clipped-to-universal bound holds for any weights)
+        "stage1_certified": (sec.sensitivity == "method" and sec.weights in ("ipw-logit", "ebw")
+                             and bounds.method_specific(sec.calibration)),
+        # public: what stage 1 does when its solve fails (never a refusal: that would be an output)
+        "stage1_fallback": ("none needed (closed form or certified)"
+                            if bounds.method_specific(sec.calibration) else STAGE1_FALLBACK),
+    }
+    if rho > 1.0:
+        details["warning"] = (f"noise-to-signal ratio {rho:.3g} > 1: the released rule is likely "
+                              "close to random; raise ε or n, or use a more stable weight method")
+    if sec.noise == "gaussian" and delta >= 1.0 / n_rows:
+        details["warning_delta"] = (f"δ = {delta:g} ≥ 1/n = {1.0 / n_rows:.3g} is weak (it allows "
+                                    "releasing a row outright); prefer δ ≪ 1/n")
+    if sec.calibration == "paper":
+        details["uncertified"] = "calibration: paper leaks (privacy loss up to ≈1.13ε): no DP guarantee"
+    return PrivacyPlan(
+        command="two-stage",
+        events=(event,),
+        neighbouring={"relation": "replace-one", "unit": "row (one individual)", "n_public": True},
+        guarantee="pure" if sec.noise == "gamma" else "approximate",
+        dp_guarantee=sec.calibration == "safe",
+        assumptions={
+            "outcome_bounds": list(spec.bounds.outcome or ()),
+            "outcome_direction": sec.outcome_direction,
+            "outcome_center": setup.center, "M_y": setup.m_y, "M_x": M_X,
+            "covariate_bounds": setup.fmap.to_dict()["bounds"],
+            "l1_radius": setup.l1_radius,
+            "weights": sec.weights, "sensitivity": sec.sensitivity,
+            "weight_hyperparameters": _weight_params(spec, setup),
+            "stage1_released": False,
+            "one_row_per_individual": True,
+        },
+        details=details,
+    )
+
+
+def _weight_params(spec: TwoStageSpec, setup: TwoStageSetup) -> dict[str, Any]:
+    sec = spec.two_stage
+    name = sec.weights.replace("-", "_")
+    section = getattr(sec, name, None) if name != "uniform" else None
+    out: dict[str, Any] = section.model_dump(mode="json") if section is not None else {}
+    if setup.u_range is not None:
+        out["inverse_propensity_range"] = list(setup.u_range)
+    if sec.weights == "mmd" and sec.mmd is not None:
+        out["box_effective"] = mmd_box(sec.mmd)
+    return out

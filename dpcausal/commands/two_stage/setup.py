@@ -1,0 +1,182 @@
+"""``two-stage``: the public setup (feature map, outcome bounds, propensity range) and row mapping."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from dpcausal.commands.common.arms import treated_mask
+from dpcausal.commands.common.linear_rule import FeatureMap
+from dpcausal.commands.two_stage.spec import MmdSection, TwoStageSpec
+from dpcausal.errors import MissingBoundsError, SpecError
+from dpcausal.io.tables import numeric_column, same_file
+from dpcausal.method import SideInput
+
+FloatArray = npt.NDArray[np.float64]
+M_X = 1.0
+"""Every mapped feature row has ‖x‖₂ ≤ 1 (FeatureMap divides by √dim after clipping)."""
+
+
+@dataclass(frozen=True)
+class TwoStageSetup:
+    """Every public constant of one run, derived from the spec alone."""
+
+    fmap: FeatureMap
+    lower: float
+    upper: float
+    l1_radius: float
+    u_range: tuple[float, float] | None  # ipw-known: [u_lo, u_hi] of 1/π over the public domain
+
+    @property
+    def center(self) -> float:
+        """Public outcome offset: the midpoint of the bounds (does not change the IPW target)."""
+        return 0.5 * (self.lower + self.upper)
+
+    @property
+    def m_y(self) -> float:
+        """|y − center| ≤ M_y."""
+        return 0.5 * (self.upper - self.lower)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Mapped rows of one table (never released)."""
+
+    x: FloatArray  # stage-2 features, ‖x‖ ≤ 1
+    scaled: FloatArray  # clipped, scaled covariates (stage-1 features)
+    raw: FloatArray  # clipped raw covariates
+    a: npt.NDArray[np.bool_]  # True = treated
+    t: FloatArray  # 2·(y − center)·ã
+
+
+def build_setup(spec: TwoStageSpec) -> TwoStageSetup:
+    """Derive the public constants; refuse when a bound the sensitivity needs is missing."""
+    sec = spec.two_stage
+    cols = spec.data.columns
+    if not cols.covariates:
+        raise SpecError("data.columns.covariates: two-stage needs at least one covariate column")
+    if cols.outcome is None or cols.treatment is None:
+        raise SpecError("data.columns: two-stage needs both 'outcome' and 'treatment' columns")
+    if spec.bounds.outcome is None:
+        raise MissingBoundsError(
+            "bounds.outcome is missing: two-stage needs public outcome bounds [lo, hi] (ζ depends on "
+            "them; they are never taken from the data); add e.g. bounds: {outcome: [-20, 20]}"
+        )
+    missing = [c for c in cols.covariates if spec.bounds.covariate(c) is None]
+    if missing:
+        raise MissingBoundsError(
+            f"bounds.covariates has no bound for {', '.join(missing)}: two-stage needs public bounds "
+            "for every covariate; add them per column or give one [lo, hi] for all"
+        )
+    if sec.l1_radius is None:
+        raise MissingBoundsError(
+            "two_stage.l1_radius is missing: θ must lie in a public ℓ₁ ball (the squared loss has no "
+            "finite gradient bound otherwise); add e.g. two_stage: {l1_radius: 10}"
+        )
+    bnds = np.array([spec.bounds.covariate(c) for c in cols.covariates], dtype=np.float64)
+    fmap = FeatureMap(tuple(cols.covariates), bnds[:, 0], bnds[:, 1], sec.scaling, sec.intercept)
+    lo, hi = spec.bounds.outcome
+    if sec.outcome_direction == "lower":
+        lo, hi = -hi, -lo
+    u_range = None
+    if sec.weights == "ipw-known":
+        if sec.ipw_known is None:
+            raise MissingBoundsError(
+                "weights: ipw-known needs two_stage.ipw_known: {intercept: c0, coefficients: "
+                "{x1: c1, ...}} — the PUBLIC propensity model (never fitted on this data)"
+            )
+        unknown = sorted(set(sec.ipw_known.coefficients) - set(cols.covariates))
+        if unknown:
+            raise SpecError(
+                f"two_stage.ipw_known.coefficients: {', '.join(unknown)} not in "
+                "data.columns.covariates; name covariates of the spec"
+            )
+        s_lo, s_hi = score_range(spec, bnds)
+        u_lo = min(1.0 + math.exp(-s_hi), 1.0 + math.exp(s_lo))
+        u_hi = max(1.0 + math.exp(-s_lo), 1.0 + math.exp(s_hi))
+        u_range = (u_lo, u_hi)
+    if sec.weights == "ipw-rct" and sec.ipw_rct is None:
+        raise MissingBoundsError(
+            "weights: ipw-rct needs two_stage.ipw_rct: {p_treated: P} — the design probability"
+        )
+    return TwoStageSetup(fmap, lo, hi, float(sec.l1_radius), u_range)
+
+
+def coef_vector(spec: TwoStageSpec) -> FloatArray:
+    known = spec.two_stage.ipw_known
+    assert known is not None
+    return np.array([known.coefficients.get(c, 0.0) for c in spec.data.columns.covariates])
+
+
+def score_range(spec: TwoStageSpec, bnds: FloatArray) -> tuple[float, float]:
+    """Exact range of c₀ + Σ c_j x_j over the public covariate box."""
+    known = spec.two_stage.ipw_known
+    assert known is not None
+    coef = coef_vector(spec)
+    lo_terms = np.minimum(coef * bnds[:, 0], coef * bnds[:, 1])
+    hi_terms = np.maximum(coef * bnds[:, 0], coef * bnds[:, 1])
+    return known.intercept + float(lo_terms.sum()), known.intercept + float(hi_terms.sum())
+
+
+def prepare(spec: TwoStageSpec, setup: TwoStageSetup, frame: pd.DataFrame,
+            path: Path | None) -> Prepared:
+    """Validate and map the table: clip to the public bounds, features, ±1 arms, targets t."""
+    cols = spec.data.columns
+    sec = spec.two_stage
+    assert cols.outcome is not None
+    assert cols.treatment is not None
+    raw = np.column_stack([numeric_column(frame, c, path) for c in cols.covariates])
+    y = numeric_column(frame, cols.outcome, path)
+    if sec.outcome_direction == "lower":
+        y = -y
+    treated = treated_mask(frame[cols.treatment], sec, path=path, column=cols.treatment,
+                           command="two-stage")
+    raw = np.clip(raw, setup.fmap.lower, setup.fmap.upper)
+    yc = np.clip(y, setup.lower, setup.upper) - setup.center
+    t = 2.0 * yc * np.where(treated, 1.0, -1.0)
+    return Prepared(setup.fmap.transform(raw), setup.fmap.scale(raw), raw, treated, t)
+
+
+MMD_MAX_ROWS = 5000
+"""The MMD program forms the n × n kernel matrix; larger n is refused before any row is read."""
+
+
+def data_columns(spec: TwoStageSpec) -> list[str]:
+    """Columns two-stage reads from the sensitive file."""
+    cols = spec.data.columns
+    return [c for c in (*cols.covariates, cols.outcome, cols.treatment) if c is not None]
+
+
+def side_inputs(spec: TwoStageSpec) -> dict[str, SideInput]:
+    """The rows to score, if the spec names them."""
+    sec = spec.two_stage
+    if sec.apply_to is None:
+        return {}
+    if spec.data.path is not None and same_file(sec.apply_to, spec.data.path):
+        raise SpecError(
+            f"two_stage.apply_to: {sec.apply_to} is the training data; recommendations for the "
+            "training rows are functions of their own sensitive covariates and are not covered by "
+            "the guarantee. Apply the rule to other rows"
+        )
+    return {"apply_to": SideInput(sec.apply_to, None, "two_stage.apply_to file")}
+
+
+def mmd_box(sec: MmdSection) -> float:
+    """R_MMD: the spec's, else max(5, ⌈1/κ⌉ + 1)."""
+    return sec.box if sec.box is not None else max(5.0, math.ceil(1.0 / sec.min_arm_fraction) + 1)
+
+
+def refuse_mmd_on_engine(spec: TwoStageSpec) -> None:
+    """SpecError for ``weights: mmd`` with an engine (an n × n program, not a partition sum)."""
+    if spec.two_stage.weights == "mmd" and spec.engine is not None:
+        raise SpecError(
+            "two_stage.weights: mmd has no engine path (it solves an n × n kernel program, "
+            f"limited to {MMD_MAX_ROWS} rows, that is not a sum over partitions); remove the "
+            "spec's engine section and --engine to run it in memory, or use weights: ebw or "
+            "ipw-logit on the engine (nothing was read or spent)"
+        )

@@ -1,0 +1,55 @@
+"""two-stage's stage 2, shared by the in-memory and engine runs: draw b once, solve the exact ℓ₁-
+ball QP from H = Σw x xᵀ and g = Σw t x, build the rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.commands.two_stage.calibration import calibrate
+from dpcausal.commands.two_stage.privacy import mechanism, stability_bounds
+from dpcausal.commands.two_stage.rule import apply_rule, rule_document
+from dpcausal.commands.two_stage.setup import M_X, Prepared, TwoStageSetup
+from dpcausal.commands.two_stage.solver import qp_terms, solve_l1_ball_qp, sufficient_stats
+from dpcausal.commands.two_stage.spec import TwoStageSpec
+from dpcausal.mechanisms import NoiseGuard, ObjectivePerturbation
+from dpcausal.method import Release
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def fit_theta(setup: TwoStageSetup, data: Prepared, w: FloatArray, gamma: float,
+              b: FloatArray) -> FloatArray:
+    """θ = exact argmin of the perturbed stage-2 objective (solver.py)."""
+    h, g = sufficient_stats(data.x, data.t, w)
+    p, c = qp_terms(h, g, len(data.t), gamma, b)
+    return solve_l1_ball_qp(p, c, setup.l1_radius).theta
+
+
+def release_rule(spec: TwoStageSpec, setup: TwoStageSetup, plan: PrivacyPlan, h: FloatArray,
+                 g: FloatArray, n: int, side: dict[str, pd.DataFrame], *,
+                 noise: NoiseGuard) -> Release:
+    """Draw b once (``mechanism``), solve the exact ℓ₁-ball QP from H = Σw x xᵀ and g = Σw t x,
+    build the rule (and recommendations for ``apply_to``). Shared by the in-memory run and the
+    engine run (dpcausal/commands/two_stage/engine.py), which differ only in how H and g are
+    summed."""
+    bounds = stability_bounds(spec, setup, n)
+    cal = calibrate(n=n, dim=setup.fmap.dim, m_x=M_X, m_y=setup.m_y, l1_radius=setup.l1_radius,
+                    epsilon=spec.privacy.epsilon, delta=spec.privacy.delta,
+                    eps_split=spec.two_stage.eps_split, noise=spec.two_stage.noise,
+                    bounds=bounds, mode=spec.two_stage.calibration)
+    b = noise.objective_noise(ObjectivePerturbation(mechanism(spec, cal, setup.fmap.dim),
+                                                    spec.privacy.epsilon, spec.privacy.delta))
+    p, c = qp_terms(h, g, n, float(plan.details["gamma"]), b)
+    theta = solve_l1_ball_qp(p, c, setup.l1_radius).theta
+    del b, p, c
+    rule = rule_document(spec, setup, theta, plan)
+    release = Release(documents={"rule.json": rule})
+    release.summary["released_theta_norm"] = float(np.linalg.norm(theta))
+    if "apply_to" in side:
+        recs = apply_rule(rule, side["apply_to"], spec.two_stage.apply_to)
+        release.tables["recommendations"] = recs
+        release.summary["apply_to_rows"] = len(recs)
+    return release

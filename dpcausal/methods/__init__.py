@@ -1,1 +1,0 @@
-"""One module per command. Pure: no typer, yaml or pyarrow; noise only through mechanisms."""
