@@ -10,7 +10,6 @@ from typing import Annotated, Any
 import typer
 from rich.progress import Progress, TaskID
 
-from dpcausal.audit.verify import verify
 from dpcausal.cli._run import (
     fail,
     guarded,
@@ -46,6 +45,8 @@ def verify_cmd(
     def body() -> None:
         if ledger is None and not receipt:
             raise SpecError("give --ledger FILE|URL and/or --receipt FILE")
+        from dpcausal.audit.verify import verify  # numpy via the accountant: not at --help
+
         try:
             report = verify(ledger, list(receipt or []))
         except LedgerIntegrityError as exc:
