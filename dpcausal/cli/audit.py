@@ -10,7 +10,6 @@ from typing import Annotated, Any
 import typer
 from rich.progress import Progress, TaskID
 
-from dpcausal.audit.verify import verify
 from dpcausal.cli._run import (
     fail,
     guarded,
@@ -44,6 +43,8 @@ def verify_cmd(
     """
 
     def body() -> None:
+        from dpcausal.audit.verify import verify  # here: `dpcausal --help` stays fast
+
         if ledger is None and not receipt:
             raise SpecError("give --ledger FILE|URL and/or --receipt FILE")
         try:
