@@ -43,6 +43,8 @@ def verify_cmd(
     """
 
     def body() -> None:
+        from dpcausal.audit.verify import verify  # here: `dpcausal --help` stays fast
+
         if ledger is None and not receipt:
             raise SpecError("give --ledger FILE|URL and/or --receipt FILE")
         from dpcausal.audit.verify import verify  # numpy via the accountant: not at --help
