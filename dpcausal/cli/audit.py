@@ -47,8 +47,6 @@ def verify_cmd(
 
         if ledger is None and not receipt:
             raise SpecError("give --ledger FILE|URL and/or --receipt FILE")
-        from dpcausal.audit.verify import verify  # numpy via the accountant: not at --help
-
         try:
             report = verify(ledger, list(receipt or []))
         except LedgerIntegrityError as exc:
