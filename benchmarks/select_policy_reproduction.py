@@ -255,15 +255,15 @@ def table5(w: World, reps: int, offset: int = 0) -> dict[str, float]:
             frame = pd.DataFrame(np.vstack([xs, xb]), columns=NAMES)
             frame["A"], frame["Y"] = np.concatenate([a, ab]), np.concatenate([ys, yb])
             us.append(compute_utilities(spec, setup, frame, {}))
-            nuis = fit_nuisance(setup.fmap, ridge, logistic, xs, a == 1, ys)  # type: ignore[arg-type]
+            nuis = fit_nuisance(setup.inputs.fmap, ridge, logistic, xs, a == 1, ys)  # type: ignore[union-attr]
             preds.append(nuis.predict(xb))
         move = float(np.max(np.abs(us[0] - us[1])))
         rows.append({"emp_rho": rho_pred(preds[0], preds[1]), "move_over_cert":
-                     move / setup.delta, "llr_over_eps": llr(us[0], us[1], setup.delta) / EPS,
-                     "cover": float(move <= setup.delta), "regret": regret(w, us[0], setup.delta),
+                     move / setup.utility_sensitivity, "llr_over_eps": llr(us[0], us[1], setup.utility_sensitivity) / EPS,
+                     "cover": float(move <= setup.utility_sensitivity), "regret": regret(w, us[0], setup.utility_sensitivity),
                      "nuis_rmse": nuis_diag(w, xb, preds[0])[0]})
     out = summarise(rows, "table5")
-    out.update({"rho_star": setup.certificate.rho_star, "cert_delta": setup.delta,
+    out.update({"rho_star": setup.certificate.rho_star, "cert_delta": setup.utility_sensitivity,
                 "rho_star_over_emp": float(np.mean([setup.certificate.rho_star / rr["emp_rho"]
                                                     for rr in rows])),
                 "max_move_over_cert": max(rr["move_over_cert"] for rr in rows),

@@ -157,5 +157,5 @@ def test_learned_nuisances_come_from_partition_sums_not_gathered_rows(
         utilities = esp.compute_utilities(spec, setup, engine, side)
         assert engine.passes >= 3  # ridge sums, ≥ 1 logistic Newton pass, utilities
     np.testing.assert_allclose(utilities, reference, rtol=1e-10, atol=1e-9)
-    p = setup.fmap.dim  # ridge: 2 arms × (p² + p); logistic: 1 + p + p²
+    p = setup.inputs.fmap.dim  # ridge: 2 arms × (p² + p); logistic: 1 + p + p²
     assert sizes == {2 * (p * p + p), 1 + p + p * p}

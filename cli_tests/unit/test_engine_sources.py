@@ -17,6 +17,7 @@ from dpcausal.commands.owl.spec import OwlSpec
 from dpcausal.engine.base import plan_pieces, tree_add
 from dpcausal.engine.local import LocalEngine
 from dpcausal.errors import DataError, SpecError
+from dpcausal.frames import numeric_column
 from dpcausal.io import tables
 from dpcausal.spec.base import EngineSpec
 
@@ -168,7 +169,7 @@ def test_csv_stream_types_do_not_depend_on_block_boundaries(
         if column in ("labels", "text"):
             return label_matches(frame[column], 1)
         try:
-            return tables.numeric_column(frame, column, path)
+            return numeric_column(frame, column, path)
         except DataError:
             return np.array(["refused"])
 

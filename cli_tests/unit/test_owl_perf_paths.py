@@ -11,7 +11,7 @@ from scipy import optimize
 
 from dpcausal.commands.common.linear_rule import FeatureMap, random_fourier_projection
 from dpcausal.errors import DataError
-from dpcausal.io.tables import numeric_column, numeric_columns, numeric_matrix
+from dpcausal.frames import numeric_column, numeric_columns, numeric_matrix
 from dpcausal.solvers import erm
 from dpcausal.solvers.erm import HuberHinge, gradient, objective, solve_weighted_erm
 

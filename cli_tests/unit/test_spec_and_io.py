@@ -11,7 +11,8 @@ import pytest
 from cli_tests.helpers import write_yaml
 from dpcausal.commands.owl.spec import OwlSpec
 from dpcausal.errors import DataError, SpecError
-from dpcausal.io.tables import inspect_table, numeric_column, read_table
+from dpcausal.frames import numeric_column
+from dpcausal.io.tables import inspect_table, read_table
 from dpcausal.spec.load import load_spec
 
 BASE = {

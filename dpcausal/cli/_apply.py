@@ -31,7 +31,8 @@ def apply_saved_rule(
     Refuses the training file itself (``training``, when known): recommendations for the training
     rows are functions of their own sensitive covariates and are not covered by the guarantee.
     """
-    from dpcausal.io.tables import inspect_table, read_table, same_file
+    from dpcausal.frames import same_file
+    from dpcausal.io.tables import inspect_table, read_table
     from dpcausal.io.writers import atomic_write, csv_bytes, parquet_bytes
 
     if data is None or out is None:

@@ -62,12 +62,8 @@ def _setup(spec: CateSpec, n_rows: int) -> CateSetup:
 
 
 def _domain(spec: CateSpec, setup: CateSetup) -> RowDomain:
-    cols = spec.data.columns
-    assert cols.outcome is not None
-    assert cols.treatment is not None
-    numeric = {c: setup.box_bounds(c) for c in setup.covariates}
-    numeric[cols.outcome] = setup.y_bounds
-    return RowDomain(numeric, {cols.treatment: [1, 0]})
+    cols = setup.columns
+    return RowDomain(cols.numeric_domain(), {cols.treatment: [1, 0]})
 
 
 def synthesize(spec: CateSpec, n: int, rng: np.random.Generator) -> pd.DataFrame:
@@ -100,9 +96,7 @@ def neighbours(spec: CateSpec, frame: pd.DataFrame, rng: np.random.Generator,
     """
     setup = _setup(spec, len(frame))
     domain = _domain(spec, setup)
-    cols = spec.data.columns
-    assert cols.outcome is not None
-    assert cols.treatment is not None
+    cols = setup.columns
     blocks = halves(spec, len(frame))
     names = ("first-half (nuisance)", "second-half")
     y_lo, y_hi = setup.y_bounds
@@ -144,9 +138,7 @@ def _quiet_pair(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame,
     (κ² for the R-learner), so the objective is curved by λ0 almost alone; the planted row's
     weighted Huber gradient moves by 2·L_w (when its residual stays beyond c on both sides).
     """
-    cols = spec.data.columns
-    assert cols.outcome is not None
-    assert cols.treatment is not None
+    cols = setup.columns
     y_lo, y_hi = setup.y_bounds
     base = frame.copy()
     rows = base.index[second]

@@ -32,7 +32,7 @@ from dpcausal.commands.cate.setup import CateSetup, build_setup, query_points, r
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.commands.common import row_split
 from dpcausal.errors import DataError
-from dpcausal.io.tables import numeric_column
+from dpcausal.frames import numeric_column
 from dpcausal.learners.dp_logistic import PropensityModel
 from dpcausal.learners.dp_ridge import OutcomeModel
 from dpcausal.mechanisms import NoiseGuard
@@ -59,9 +59,7 @@ def clip_rows(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame
               ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(x, a, y) of ``frame``: validated (A ∈ {0, 1}), x clipped to the box, y to the outcome bounds."""
     path = spec.data.path
-    cols = spec.data.columns
-    assert cols.treatment is not None
-    assert cols.outcome is not None
+    cols = setup.columns
     x = np.column_stack([numeric_column(frame, c, path) for c in setup.covariates])
     a = numeric_column(frame, cols.treatment, path)
     bad = (a != 0.0) & (a != 1.0)

@@ -12,8 +12,9 @@ import pandas as pd
 
 from dpcausal.commands.cate.rff import FourierFeatures
 from dpcausal.commands.cate.spec import CateSpec
+from dpcausal.commands.common.columns import ArmColumns
 from dpcausal.errors import DataError, MissingBoundsError, SpecError, UncertifiedModeError
-from dpcausal.io.tables import numeric_column
+from dpcausal.frames import numeric_column
 from dpcausal.learners.dp_features import BoxFeatures
 from dpcausal.learners.rounding import cholesky_completes, gamma
 from dpcausal.method import SideInput
@@ -35,9 +36,8 @@ SECOND_PART = f"{SPLIT}/second-stage"
 class CateSetup:
     """Everything public about a run: sizes, kernel, ridge, Lipschitz bound, noise factors."""
 
-    covariates: tuple[str, ...]
+    columns: ArmColumns
     box: BoxFeatures
-    y_bounds: tuple[float, float]
     n_total: int
     n_nuisance: int
     n: int
@@ -50,6 +50,16 @@ class CateSetup:
     lipschitz_w: float
     lipschitz_derivation: str
     sup_g: float | None
+
+    @property
+    def covariates(self) -> tuple[str, ...]:
+        """The covariate columns, in order."""
+        return self.columns.covariates
+
+    @property
+    def y_bounds(self) -> tuple[float, float]:
+        """The public outcome bounds."""
+        return self.columns.outcome_bounds
 
     @property
     def q(self) -> int:
@@ -156,19 +166,19 @@ def build_setup(spec: CateSpec, n_rows: int) -> CateSetup:
             f"second stage needs n × n memory and supports at most {MAX_SECOND_STAGE} rows there. "
             "Run on a public random subsample of the rows (decided before looking at the data), or "
             "use cate.features: rff (random Fourier features, any n)")
-    bnds = np.array([spec.bounds.covariate(c) for c in cols.covariates], dtype=np.float64)
-    q = len(cols.covariates)
+    columns = ArmColumns.from_spec(spec, "cate")
+    bnds = np.array(columns.covariate_bounds, dtype=np.float64)
+    q = len(columns.covariates)
     h = sec.bandwidth if sec.bandwidth is not None else math.sqrt(q / 2.0)
     lam0 = sec.ridge if sec.ridge is not None else 1.0 / math.sqrt(n)
     _check_second_stage_precision(sec.features, n, sec.rff_dim, lam0)
-    y_lo, y_hi = spec.bounds.outcome
+    y_lo, y_hi = columns.outcome_bounds
     dy = y_hi - y_lo
     lw, how, m_g = _lipschitz(spec, dy, sec.propensity_clip, lam0)
     c = (sec.huber_c if sec.huber_c is not None else dy / 2.0) if sec.resolved_loss == "huber" \
         else None
-    setup = CateSetup(tuple(cols.covariates), BoxFeatures(bnds[:, 0], bnds[:, 1]), (y_lo, y_hi),
-                      n_rows, n_nuis, n, h, lam0, sec.propensity_clip, sec.learner,
-                      sec.resolved_loss, c, lw, how, m_g)
+    setup = CateSetup(columns, BoxFeatures(bnds[:, 0], bnds[:, 1]), n_rows, n_nuis, n, h, lam0,
+                      sec.propensity_clip, sec.learner, sec.resolved_loss, c, lw, how, m_g)
     if sec.mode == "function" and sec.sensitivity_formula == "paper" and setup.printed_factor < 1.0:
         raise UncertifiedModeError(
             f"cate.sensitivity_formula: 'paper' (printed Thm 3) under-noises here: (√(2π)h)^q = "

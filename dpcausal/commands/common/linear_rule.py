@@ -17,7 +17,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from dpcausal.errors import DataError
-from dpcausal.io.tables import numeric_matrix
+from dpcausal.frames import numeric_matrix
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -26,15 +26,8 @@ FloatArray = npt.NDArray[np.float64]
 def _domain(spec: OwlSpec) -> RowDomain:
     """The public row domain: every covariate, the outcome and the propensity column inside their
     bounds, the treatment one of the two arms."""
-    build_setup(spec)  # refuses missing bounds first, with the usual message
-    cols = spec.data.columns
-    numeric: dict[str, tuple[float, float]] = {
-        c: spec.bounds.covariate(c) for c in cols.covariates  # type: ignore[misc]
-    }
-    assert cols.outcome is not None
-    assert cols.treatment is not None
-    assert spec.bounds.outcome
-    numeric[cols.outcome] = spec.bounds.outcome
+    cols = build_setup(spec).columns  # refuses missing bounds first, with the usual message
+    numeric = cols.numeric_domain()
     if isinstance(spec.owl.propensity, PropensityColumn):
         floor = spec.owl.propensity.floor
         numeric[spec.owl.propensity.column] = (floor, 1.0 - floor)
@@ -70,15 +63,11 @@ def quiet_pair(spec: OwlSpec, frame: pd.DataFrame, idx: int
     maps to L), so the objective is curved by γ alone and θ̂ moves by ≈ 2W/γ.
     """
     sec = spec.owl
-    cols = spec.data.columns
-    assert cols.outcome is not None
-    assert cols.treatment is not None
-    assert spec.bounds.outcome is not None
-    lo, hi = spec.bounds.outcome
+    cols = build_setup(spec).columns
+    lo, hi = cols.outcome_bounds
     heavy, light = (hi, lo) if sec.outcome_direction == "higher" else (lo, hi)
     row: dict[str, Any] = {}
-    for c in cols.covariates:
-        c_lo, c_hi = spec.bounds.covariate(c)  # type: ignore[misc]
+    for c, (c_lo, c_hi) in zip(cols.covariates, cols.covariate_bounds, strict=True):
         row[c] = c_lo if sec.scaling == "maxabs" and abs(c_lo) > abs(c_hi) else c_hi
     a = {**row, cols.outcome: heavy, cols.treatment: sec.treated}
     b = {**row, cols.outcome: heavy, cols.treatment: sec.control_label()}

@@ -11,10 +11,11 @@ import numpy.typing as npt
 import pandas as pd
 
 from dpcausal.commands.common.arms import treated_mask
+from dpcausal.commands.common.columns import ArmColumns
 from dpcausal.commands.common.linear_rule import FeatureMap, random_fourier_projection
 from dpcausal.commands.owl.spec import OwlSpec, PropensityColumn, RffSpec
 from dpcausal.errors import DataError, MissingBoundsError, SpecError
-from dpcausal.io.tables import numeric_column, numeric_columns, same_file
+from dpcausal.frames import numeric_column, numeric_columns, same_file
 from dpcausal.method import SideInput
 from dpcausal.solvers.erm import HuberHinge
 
@@ -30,6 +31,7 @@ class OwlSetup:
     ``lower``/``upper`` are the outcome bounds after the direction flip (B → −B for ``lower``).
     """
 
+    columns: ArmColumns
     fmap: FeatureMap
     lower: float
     upper: float
@@ -98,23 +100,24 @@ def build_setup(spec: OwlSpec) -> OwlSetup:
             f"bounds.covariates has no bound for {', '.join(missing)}: owl needs public bounds for "
             "every covariate; add them per column or give one [lo, hi] for all"
         )
-    bnds = np.array([spec.bounds.covariate(c) for c in cols.covariates], dtype=np.float64)
+    columns = ArmColumns.from_spec(spec, "owl")
+    bnds = np.array(columns.covariate_bounds, dtype=np.float64)
     omega = offset = None
     if sec.kernel == "rff":
         rff = sec.rff or RffSpec()
         omega, offset = random_fourier_projection(
             len(cols.covariates), rff.dim, rff.bandwidth, rng=np.random.default_rng(rff.seed)
         )
-    fmap = FeatureMap(tuple(cols.covariates), bnds[:, 0], bnds[:, 1], sec.scaling, sec.intercept,
+    fmap = FeatureMap(columns.covariates, bnds[:, 0], bnds[:, 1], sec.scaling, sec.intercept,
                       omega, offset)
-    lo, hi = spec.bounds.outcome
+    lo, hi = columns.outcome_bounds
     if sec.outcome_direction == "lower":
         lo, hi = -hi, -lo
     if isinstance(sec.propensity, PropensityColumn):
         pi_min = sec.propensity.floor
     else:
         pi_min = min(sec.propensity, 1.0 - sec.propensity)
-    return OwlSetup(fmap, lo, hi, sec.eta, pi_min, HuberHinge(sec.huber_h))
+    return OwlSetup(columns, fmap, lo, hi, sec.eta, pi_min, HuberHinge(sec.huber_h))
 
 
 def data_columns(spec: OwlSpec) -> list[str]:
@@ -149,11 +152,9 @@ def side_inputs(spec: OwlSpec) -> dict[str, SideInput]:
 
 def prepare(spec: OwlSpec, setup: OwlSetup, frame: pd.DataFrame, path: Path | None) -> Prepared:
     """Validate and map one table: rows, ±1 labels, shifted outcomes, received-arm propensities."""
-    cols = spec.data.columns
+    cols = setup.columns
     sec = spec.owl
     x_cols = numeric_columns(frame, list(cols.covariates), path)
-    assert cols.outcome is not None
-    assert cols.treatment is not None
     b = numeric_column(frame, cols.outcome, path)
     if sec.outcome_direction == "lower":
         b = -b

@@ -66,18 +66,10 @@ def _covariate_bounds(spec: SelectPolicySpec) -> dict[str, tuple[float, float]]:
     return {c: tuple(map(float, spec.bounds.covariate(c))) for c in names}  # type: ignore[misc,arg-type]
 
 
-def _domain(spec: SelectPolicySpec) -> RowDomain:
-    """What one row may be: covariates in their bounds; Y in bounds.outcome and A one of the two
-    arms (or, regime fixed, each score column in [−B, B])."""
-    sec = spec.select_policy
-    numeric = _covariate_bounds(spec)
+def _outcome_columns(spec: SelectPolicySpec) -> tuple[str, str, tuple[float, float]]:
+    """(outcome, treatment, outcome bounds) of the learned and frozen regimes; refuses what is
+    missing with the command's messages."""
     cols = spec.data.columns
-    if sec.regime == "fixed":
-        fs = sec.fixed_scores
-        assert fs is not None
-        numeric[fs.treated] = (-fs.bound, fs.bound)
-        numeric[fs.control] = (-fs.bound, fs.bound)
-        return RowDomain(numeric, {})
     if cols.outcome is None or cols.treatment is None:
         raise SpecError("data.columns: select-policy needs both 'outcome' and 'treatment' "
                         "columns (or regime: fixed with select_policy.fixed_scores)")
@@ -85,11 +77,23 @@ def _domain(spec: SelectPolicySpec) -> RowDomain:
         raise MissingBoundsError(
             "bounds.outcome is missing: select-policy clips Y to public bounds [lo, hi] (they "
             "bound every DR score and Δ); add e.g. bounds: {outcome: [0, 1]}")
-    assert spec.bounds.outcome is not None
-    assert cols.outcome is not None
-    assert cols.treatment is not None
-    numeric[cols.outcome] = (float(spec.bounds.outcome[0]), float(spec.bounds.outcome[1]))
-    return RowDomain(numeric, {cols.treatment: [sec.treated, sec.control_label()]})
+    lo, hi = spec.bounds.outcome
+    return cols.outcome, cols.treatment, (float(lo), float(hi))
+
+
+def _domain(spec: SelectPolicySpec) -> RowDomain:
+    """What one row may be: covariates in their bounds; Y in bounds.outcome and A one of the two
+    arms (or, regime fixed, each score column in [−B, B])."""
+    sec = spec.select_policy
+    numeric = _covariate_bounds(spec)
+    fs = sec.fixed_scores
+    if sec.regime == "fixed" and fs is not None:  # the spec model requires the scores there
+        numeric[fs.treated] = (-fs.bound, fs.bound)
+        numeric[fs.control] = (-fs.bound, fs.bound)
+        return RowDomain(numeric, {})
+    outcome, treatment, y_bounds = _outcome_columns(spec)
+    numeric[outcome] = y_bounds
+    return RowDomain(numeric, {treatment: [sec.treated, sec.control_label()]})
 
 
 def audit_spec(spec: SelectPolicySpec) -> SelectPolicySpec:
@@ -129,11 +133,7 @@ def anchor_pair(spec: SelectPolicySpec, frame: pd.DataFrame, rng: np.random.Gene
     its block).
     """
     sec = spec.select_policy
-    cols = spec.data.columns
-    assert cols.outcome is not None
-    assert cols.treatment is not None
-    assert spec.bounds.outcome is not None
-    y_lo, y_hi = (float(v) for v in spec.bounds.outcome)
+    outcome, treatment, (y_lo, y_hi) = _outcome_columns(spec)
     n_rows = len(frame)
     m = int(np.floor(sec.train_fraction * n_rows))
     tr, sc = split_indices(audit_spec(spec), n_rows, m)
@@ -153,16 +153,16 @@ def anchor_pair(spec: SelectPolicySpec, frame: pd.DataFrame, rng: np.random.Gene
         base[c] = base[c].astype(np.float64)
         base.loc[pos, c] = near[:, j]
     if not isinstance(other, bool | int | float) or not pd.api.types.is_numeric_dtype(
-            base[cols.treatment]):
-        base[cols.treatment] = base[cols.treatment].astype(object)
-    base.loc[pos, cols.treatment] = other
-    base[cols.outcome] = base[cols.outcome].astype(np.float64)
-    base.loc[pos, cols.outcome] = 0.5 * (y_lo + y_hi)
+            base[treatment]):
+        base[treatment] = base[treatment].astype(object)
+    base.loc[pos, treatment] = other
+    base[outcome] = base[outcome].astype(np.float64)
+    base.loc[pos, outcome] = 0.5 * (y_lo + y_hi)
     j = int(tr[int(rng.integers(len(tr)))])
     row: dict[str, object] = {c: float(v) for c, v in zip(names, corner, strict=True)}
-    row[cols.treatment] = arm
-    d = replace_one(base, j, {**row, cols.outcome: y_hi})
-    dp = replace_one(base, j, {**row, cols.outcome: y_lo})
+    row[treatment] = arm
+    d = replace_one(base, j, {**row, outcome: y_hi})
+    dp = replace_one(base, j, {**row, outcome: y_lo})
     side = "upper" if upper.all() else "a"
     return (f"anchor row {j} (arm {arm!r}) at {side} corner of the covariates, Y top vs bottom; "
             f"{len(sc)} scoring rows in its neighbourhood with arm {other!r}", d, dp)

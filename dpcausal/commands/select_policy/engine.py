@@ -34,6 +34,8 @@ from dpcausal.commands.select_policy.scores import (
     utilities_from_gammas,
 )
 from dpcausal.commands.select_policy.setup import (
+    NuisanceInputs,
+    ScoreInputs,
     Setup,
     _covariates,
     build_setup,
@@ -44,7 +46,7 @@ from dpcausal.commands.select_policy.spec import SelectPolicySpec
 from dpcausal.engine import split
 from dpcausal.engine.base import Engine, batch_error
 from dpcausal.errors import DataError, SpecError
-from dpcausal.io.tables import numeric_column
+from dpcausal.frames import numeric_column
 from dpcausal.learners import CertifiedLogistic, CertifiedRidge, UnitBoxFeatures
 from dpcausal.learners.logistic import logistic_sums
 from dpcausal.learners.rounding import exact_total
@@ -60,27 +62,23 @@ def prepare_batch(spec: SelectPolicySpec, setup: Setup, bits: split.Packed | Non
     of one batch. The flags mark the batch's nuisance rows (learned regime; a function of the
     global row index: < m for the index split, else the packed permutation mask ``bits``)."""
     path = spec.data.path
-    sec = spec.select_policy
     frame = frame.reset_index(drop=True)
     try:
         names = _covariates(spec)
         x = np.empty((len(frame), len(names)), order="F")
         for j, c in enumerate(names):
             x[:, j] = numeric_column(frame, c, path)
-        if setup.regime == "fixed":
-            fs = sec.fixed_scores
-            assert fs is not None
-            q1 = np.clip(numeric_column(frame, fs.treated, path), -fs.bound, fs.bound)
-            q0 = np.clip(numeric_column(frame, fs.control, path), -fs.bound, fs.bound)
+        inputs = setup.inputs
+        if isinstance(inputs, ScoreInputs):
+            q1 = np.clip(numeric_column(frame, inputs.treated, path), -inputs.bound, inputs.bound)
+            q0 = np.clip(numeric_column(frame, inputs.control, path), -inputs.bound, inputs.bound)
             return x, q0, q1, None
-        assert spec.data.columns.outcome is not None
-        assert setup.y_bounds is not None
-        y = np.clip(numeric_column(frame, spec.data.columns.outcome, path), *setup.y_bounds)
+        y = np.clip(numeric_column(frame, inputs.outcome, path), *inputs.y_bounds)
         flags = None
         if setup.regime == "learned":
             flags = (split.members(bits, start, len(frame)) if bits is not None
                      else np.arange(start, start + len(frame)) < setup.m)
-        return x, treated_indicator(spec, frame), y, flags
+        return x, treated_indicator(spec, inputs, frame), y, flags
     except DataError as exc:
         raise batch_error(exc, start) from None
 
@@ -117,14 +115,12 @@ def utility_sums(part: Any, start: int, *, setup: Setup, nuis: Nuisance | None,
     return learned_utilities(setup.library, nuis, x, a, b, chunk_rows=chunk_rows)
 
 
-def fit_nuisance_engine(spec: SelectPolicySpec, setup: Setup, engine: Engine) -> Nuisance:
+def fit_nuisance_engine(spec: SelectPolicySpec, setup: Setup, inputs: NuisanceInputs,
+                        engine: Engine) -> Nuisance:
     """The certified learners fit from sums over the engine's nuisance rows (none is gathered)."""
     sec = spec.select_policy
-    fmap = setup.fmap
-    assert fmap is not None
-    assert setup.y_bounds is not None
-    assert setup.mu_bounds is not None
-    ridge = CertifiedRidge(sec.lambda_mu, setup.y_bounds, setup.mu_bounds, sec.solver_tol)
+    fmap = inputs.fmap
+    ridge = CertifiedRidge(sec.lambda_mu, inputs.y_bounds, inputs.mu_bounds, sec.solver_tol)
     logistic = CertifiedLogistic(sec.lambda_e, sec.zeta, sec.solver_tol)
     # per-batch block sums added exactly rounded: the summation the public accuracy bounds assume
     grams, rhs = exact_total(engine.map_list(
@@ -149,13 +145,11 @@ def compute_utilities(spec: SelectPolicySpec, setup: Setup, engine: Engine,
         bits = split.pack(split_indices(spec, setup.n_total, setup.m)[0], setup.n_total)
     engine.load(functools.partial(prepare_batch, spec, setup, bits))
     nuis: Nuisance | None = None
-    if setup.regime == "frozen":
-        assert setup.fmap is not None
-        assert setup.mu_bounds is not None
-        nuis = frozen_nuisance(side["frozen_model"], setup.fmap, mu_bounds=setup.mu_bounds,
-                               zeta=sec.zeta, path=sec.frozen_model)
-    elif setup.regime == "learned":
-        nuis = fit_nuisance_engine(spec, setup, engine)
+    inputs = setup.inputs
+    if isinstance(inputs, NuisanceInputs):
+        nuis = (frozen_nuisance(side["frozen_model"], inputs.fmap, mu_bounds=inputs.mu_bounds,
+                                zeta=sec.zeta, path=sec.frozen_model)
+                if setup.regime == "frozen" else fit_nuisance_engine(spec, setup, inputs, engine))
     return engine.map_sum(functools.partial(utility_sums, setup=setup, nuis=nuis,
                                             chunk_rows=sec.chunk_rows))
 

@@ -18,6 +18,7 @@ from dpcausal.commands.select_policy.scores import (
     utilities_from_gammas,
 )
 from dpcausal.commands.select_policy.setup import (
+    ScoreInputs,
     Setup,
     _covariates,
     build_setup,
@@ -26,7 +27,7 @@ from dpcausal.commands.select_policy.setup import (
 )
 from dpcausal.commands.select_policy.spec import SelectPolicySpec
 from dpcausal.errors import SpecError
-from dpcausal.io.tables import numeric_column
+from dpcausal.frames import numeric_column
 from dpcausal.learners import CertifiedLogistic, CertifiedRidge
 from dpcausal.mechanisms import NoiseGuard
 from dpcausal.method import Release
@@ -43,31 +44,26 @@ def compute_utilities(spec: SelectPolicySpec, setup: Setup, frame: pd.DataFrame,
     x = np.empty((len(frame), len(names)), order="F")  # column-major: each column is contiguous
     for j, c in enumerate(names):
         x[:, j] = numeric_column(frame, c, path)
-    if setup.regime == "fixed":
-        fs = sec.fixed_scores
-        assert fs is not None
-        q1 = np.clip(numeric_column(frame, fs.treated, path), -fs.bound, fs.bound)
-        q0 = np.clip(numeric_column(frame, fs.control, path), -fs.bound, fs.bound)
+    inputs = setup.inputs
+    if isinstance(inputs, ScoreInputs):
+        q1 = np.clip(numeric_column(frame, inputs.treated, path), -inputs.bound, inputs.bound)
+        q0 = np.clip(numeric_column(frame, inputs.control, path), -inputs.bound, inputs.bound)
         return utilities_from_gammas(setup.library, x, q0, q1, chunk_rows=sec.chunk_rows)
-    assert spec.data.columns.outcome is not None
-    assert setup.y_bounds is not None
-    assert setup.fmap is not None
-    assert setup.mu_bounds is not None
-    y = np.clip(numeric_column(frame, spec.data.columns.outcome, path), *setup.y_bounds)
-    treated = treated_indicator(spec, frame)
+    y = np.clip(numeric_column(frame, inputs.outcome, path), *inputs.y_bounds)
+    treated = treated_indicator(spec, inputs, frame)
     if setup.regime == "frozen":
-        nuis = frozen_nuisance(side["frozen_model"], setup.fmap, mu_bounds=setup.mu_bounds,
+        nuis = frozen_nuisance(side["frozen_model"], inputs.fmap, mu_bounds=inputs.mu_bounds,
                                zeta=sec.zeta, path=sec.frozen_model)
         return learned_utilities(setup.library, nuis, x, treated, y, chunk_rows=sec.chunk_rows)
     tr, sc = split_indices(spec, setup.n_total, setup.m)
-    ridge = CertifiedRidge(sec.lambda_mu, setup.y_bounds, setup.mu_bounds, sec.solver_tol)
+    ridge = CertifiedRidge(sec.lambda_mu, inputs.y_bounds, inputs.mu_bounds, sec.solver_tol)
     logistic = CertifiedLogistic(sec.lambda_e, sec.zeta, sec.solver_tol)
     if sec.split.kind == "index":  # contiguous blocks: views, no copies
-        nuis = fit_nuisance(setup.fmap, ridge, logistic, x[: setup.m], treated[: setup.m],
+        nuis = fit_nuisance(inputs.fmap, ridge, logistic, x[: setup.m], treated[: setup.m],
                             y[: setup.m])
         return learned_utilities(setup.library, nuis, x[setup.m:], treated[setup.m:],
                                  y[setup.m:], chunk_rows=sec.chunk_rows)
-    nuis = fit_nuisance(setup.fmap, ridge, logistic, x[tr], treated[tr], y[tr])
+    nuis = fit_nuisance(inputs.fmap, ridge, logistic, x[tr], treated[tr], y[tr])
     return learned_utilities(setup.library, nuis, x[sc], treated[sc], y[sc],
                              chunk_rows=sec.chunk_rows)
 

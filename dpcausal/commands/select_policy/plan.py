@@ -14,7 +14,7 @@ from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.select_policy.privacy import choice_mechanism, neighbouring, value_mechanism
 from dpcausal.commands.select_policy.scores import frozen_nuisance
-from dpcausal.commands.select_policy.setup import build_setup
+from dpcausal.commands.select_policy.setup import NuisanceInputs, ScoreInputs, build_setup
 from dpcausal.commands.select_policy.spec import SelectPolicySpec
 from dpcausal.errors import SpecError
 
@@ -30,10 +30,9 @@ def plan(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any], *,
         raise SpecError("privacy.delta: select-policy is pure ε-DP (δ = 0); set privacy.delta to 0")
     sec = spec.select_policy
     setup = build_setup(spec, n_rows, side)
-    if setup.regime == "frozen":
-        assert setup.fmap is not None
-        assert setup.mu_bounds is not None
-        frozen_nuisance(side["frozen_model"], setup.fmap, mu_bounds=setup.mu_bounds,
+    inputs = setup.inputs
+    if setup.regime == "frozen" and isinstance(inputs, NuisanceInputs):
+        frozen_nuisance(side["frozen_model"], inputs.fmap, mu_bounds=inputs.mu_bounds,
                         zeta=sec.zeta, path=sec.frozen_model)
     eps = spec.privacy.epsilon
     cert = setup.certificate.to_dict() if setup.certificate else None
@@ -67,16 +66,15 @@ def plan(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any], *,
                                                **setup.library.source},
                                    "actions": {"treated": sec.treated,
                                                "control": sec.control_label()}}
-    if setup.regime == "fixed":
-        assert sec.fixed_scores is not None
-        assumptions["fixed_scores"] = sec.fixed_scores.model_dump()
+    if isinstance(inputs, ScoreInputs):
+        assumptions["fixed_scores"] = {"treated": inputs.treated, "control": inputs.control,
+                                       "bound": inputs.bound}
     else:
-        assert setup.fmap is not None
         assumptions.update({
-            "outcome_bounds": list(setup.y_bounds or ()), "mu_bounds": list(setup.mu_bounds or ()),
-            "zeta": sec.zeta, "covariates": setup.fmap.to_dict(),
+            "outcome_bounds": list(inputs.y_bounds), "mu_bounds": list(inputs.mu_bounds),
+            "zeta": sec.zeta, "covariates": inputs.fmap.to_dict(),
             "feature_schema_sha256": hashlib.sha256(json.dumps(
-                setup.fmap.to_dict(), sort_keys=True).encode()).hexdigest(),
+                inputs.fmap.to_dict(), sort_keys=True).encode()).hexdigest(),
             "learners": setup.learners,
             "split": ({**sec.split.receipt(), "train_fraction": sec.train_fraction,
                        "m": setup.m, "n": setup.n} if setup.regime == "learned" else None),

@@ -31,6 +31,27 @@ STAGE_CHOICE = "select_policy.choice"
 STAGE_VALUE = "select_policy.value"
 
 
+@dataclass(frozen=True, slots=True)
+class ScoreInputs:
+    """Regime ``fixed``: each row's scores for the two arms, in two columns clipped to [−B, B]."""
+
+    treated: str
+    control: str
+    bound: float
+
+
+@dataclass(frozen=True, slots=True)
+class NuisanceInputs:
+    """Regimes ``learned`` and ``frozen``: the outcome and treatment columns, the public bounds
+    the outcome and the outcome model are clipped to, and the nuisances' public feature map."""
+
+    outcome: str
+    treatment: str
+    fmap: UnitBoxFeatures
+    y_bounds: tuple[float, float]
+    mu_bounds: tuple[float, float]
+
+
 @dataclass(frozen=True)
 class Setup:
     """Every public constant of one run, from the spec, the public row count and public files."""
@@ -44,9 +65,8 @@ class Setup:
     """Δ: how much one policy's utility U(π) moves when one row is replaced (Δ_cert, 2B_ψ or
     2B by regime); the exponential mechanism's sensitivity, not the privacy δ."""
     certificate: SpilloverCertificate | None
-    fmap: UnitBoxFeatures | None
-    y_bounds: tuple[float, float] | None
-    mu_bounds: tuple[float, float] | None
+    inputs: ScoreInputs | NuisanceInputs
+    """What the utilities are computed from, by regime (checked once, here)."""
     learners: dict[str, Any]
 
 
@@ -93,9 +113,12 @@ def build_setup(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any]) -> Se
     library = load_library(spec, side)
     cols = spec.data.columns
     if sec.regime == "fixed":
-        assert sec.fixed_scores is not None
-        delta = 2.0 * sec.fixed_scores.bound
-        return Setup(library, "fixed", n_rows, 0, n_rows, delta, None, None, None, None,
+        if sec.fixed_scores is None:  # the spec model requires it for this regime
+            raise SpecError("select_policy.fixed_scores: regime fixed needs {treated: COLUMN, "
+                            "control: COLUMN, bound: B}")
+        fs = sec.fixed_scores
+        return Setup(library, "fixed", n_rows, 0, n_rows, 2.0 * fs.bound, None,
+                     ScoreInputs(fs.treated, fs.control, fs.bound),
                      {"scores": "user-supplied columns, clipped to [-B, B]"})
     if cols.outcome is None or cols.treatment is None:
         raise SpecError("data.columns: select-policy needs both 'outcome' and 'treatment' columns "
@@ -107,16 +130,18 @@ def build_setup(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any]) -> Se
             "bounds: {outcome: [0, 1]}"
         )
     y_bounds = (float(spec.bounds.outcome[0]), float(spec.bounds.outcome[1]))
-    mu_bounds = tuple(sec.mu_bounds) if sec.mu_bounds is not None else y_bounds
+    mu_bounds = ((float(sec.mu_bounds[0]), float(sec.mu_bounds[1])) if sec.mu_bounds is not None
+                 else y_bounds)
     fmap = feature_map(spec)
+    inputs = NuisanceInputs(cols.outcome, cols.treatment, fmap, y_bounds, mu_bounds)
     d = fmap.d
     if sec.regime == "frozen":
-        b_mu, r, b_psi = score_bounds(sec.zeta, y_bounds, mu_bounds)  # type: ignore[arg-type]
-        cert = SpilloverCertificate(d, 0, n_rows, sec.zeta, y_bounds, mu_bounds,  # type: ignore[arg-type]
+        b_mu, r, b_psi = score_bounds(sec.zeta, y_bounds, mu_bounds)
+        cert = SpilloverCertificate(d, 0, n_rows, sec.zeta, y_bounds, mu_bounds,
                                     b_mu, r, b_psi, 0.0, 0.0, 0.0, 2 * b_psi, 0.0, 2 * b_psi,
                                     "frozen")
-        return Setup(library, "frozen", n_rows, 0, n_rows, cert.delta_cert, cert, fmap, y_bounds,
-                     mu_bounds, {"nuisance": f"frozen public model file {sec.frozen_model}"})  # type: ignore[arg-type]
+        return Setup(library, "frozen", n_rows, 0, n_rows, cert.delta_cert, cert, inputs,
+                     {"nuisance": f"frozen public model file {sec.frozen_model}"})
     m = math.floor(sec.train_fraction * n_rows)
     n = n_rows - m
     if m < 1 or n < 1:
@@ -124,7 +149,7 @@ def build_setup(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any]) -> Se
             f"{spec.data.path}: {n_rows} row(s) give m = {m} nuisance rows and n = {n} scoring "
             "rows with select_policy.train_fraction; both blocks need at least one row"
         )
-    ridge = CertifiedRidge(sec.lambda_mu, y_bounds, mu_bounds, sec.solver_tol)  # type: ignore[arg-type]
+    ridge = CertifiedRidge(sec.lambda_mu, y_bounds, mu_bounds, sec.solver_tol)
     logistic = CertifiedLogistic(sec.lambda_e, sec.zeta, sec.solver_tol)
     for field, problem in (("lambda_mu", ridge.problem(d)), ("lambda_e", logistic.problem(m, d))):
         if problem is not None:  # public settings only: refused before any row is read
@@ -134,7 +159,7 @@ def build_setup(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any]) -> Se
     else:
         beta_mu, beta_e = mu_bounds[1] - mu_bounds[0], 1.0 - 2.0 * sec.zeta
     cert = certify_spillover(d=d, m=m, n=n, zeta=sec.zeta, y_bounds=y_bounds,
-                             mu_bounds=mu_bounds, beta_mu=beta_mu, beta_e=beta_e,  # type: ignore[arg-type]
+                             mu_bounds=mu_bounds, beta_mu=beta_mu, beta_e=beta_e,
                              certificate_type=sec.certificate)
     learners = {
         "outcome": {"name": "certified ridge per arm (centred outcome, penalised intercept)",
@@ -148,17 +173,15 @@ def build_setup(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any]) -> Se
         "logistic_distance_to_minimiser": logistic.accuracy(m, d).distance,
         "objective": "(1/m) sum loss + (lambda/2) ||theta||^2 over all m nuisance rows",
     }
-    return Setup(library, "learned", n_rows, m, n, cert.delta_cert, cert, fmap, y_bounds,
-                 mu_bounds, learners)  # type: ignore[arg-type]
+    return Setup(library, "learned", n_rows, m, n, cert.delta_cert, cert, inputs, learners)
 
 
-def treated_indicator(spec: SelectPolicySpec, frame: pd.DataFrame) -> npt.NDArray[np.bool_]:
+def treated_indicator(spec: SelectPolicySpec, inputs: NuisanceInputs, frame: pd.DataFrame
+                      ) -> npt.NDArray[np.bool_]:
     """The treatment column as a treated indicator; refuses values that are neither arm."""
     sec: SelectPolicySection = spec.select_policy
-    col = spec.data.columns.treatment
-    assert col is not None
-    return treated_mask(frame[col], sec, path=spec.data.path, column=col,
-                        command="select-policy's certified route")
+    return treated_mask(frame[inputs.treatment], sec, path=spec.data.path,
+                        column=inputs.treatment, command="select-policy's certified route")
 
 
 def split_indices(spec: SelectPolicySpec, n_rows: int, m: int) -> tuple[npt.NDArray[np.intp],

@@ -21,9 +21,11 @@ from dpcausal.audit.privacy import AuditAdapter
 from dpcausal.commands.synth_control.dpsc import STAGE_COEF, STAGE_POST, ridge_coefficients
 from dpcausal.commands.synth_control.method import METHOD
 from dpcausal.commands.synth_control.panel import (
+    LongColumns,
     OutcomeMap,
     PanelLayout,
     build_layout,
+    panel_columns,
     structure_columns,
     value_matrix,
 )
@@ -47,9 +49,8 @@ def synthesize(spec: SynthControlSpec, n: int, rng: np.random.Generator) -> pd.D
     """
     omap = OutcomeMap.from_spec(spec)
     frame = read_table(spec.data.path, structure_columns(spec), "panel structure")
-    cols = spec.data.columns
-    if spec.synth_control.layout == "long":
-        assert cols.outcome is not None
+    cols = panel_columns(spec)
+    if isinstance(cols, LongColumns):
         frame[cols.outcome] = rng.uniform(omap.lo, omap.hi, len(frame))
         return frame
     layout = _layout(spec, frame)
@@ -62,12 +63,9 @@ def _with_series(spec: SynthControlSpec, frame: pd.DataFrame, unit: Any,
                  values: FloatArray) -> pd.DataFrame:
     """A copy of ``frame`` with ``unit``'s whole series (raw units, time order) replaced."""
     out = frame.copy()
-    cols = spec.data.columns
-    assert cols.time is not None
+    cols = panel_columns(spec)
     times = np.asarray(_layout(spec, frame).times)
-    if spec.synth_control.layout == "long":
-        assert cols.unit is not None
-        assert cols.outcome is not None
+    if isinstance(cols, LongColumns):
         rows = (out[cols.unit] == unit).to_numpy()
         pos = np.searchsorted(times, out.loc[rows, cols.time].to_numpy())
         out[cols.outcome] = out[cols.outcome].astype(np.float64)  # an integer column, too

@@ -20,7 +20,6 @@ import pandas as pd
 
 from dpcausal.commands.synth_control.spec import SynthControlSpec
 from dpcausal.errors import DataError, MissingBoundsError, SpecError
-from dpcausal.io.tables import inspect_table
 
 FloatArray = npt.NDArray[np.float64]
 MAX_NAMED = 3
@@ -48,8 +47,27 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def structure_columns(spec: SynthControlSpec) -> list[str]:
-    """The public structure columns: unit and time (long), or time (wide)."""
+@dataclass(frozen=True, slots=True)
+class LongColumns:
+    """The long layout's columns: one row per (unit, period), the outcome in one column."""
+
+    unit: str
+    time: str
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class WideColumns:
+    """The wide layout's columns: one row per period, one column per unit."""
+
+    time: str
+
+
+PanelColumns = LongColumns | WideColumns
+
+
+def panel_columns(spec: SynthControlSpec) -> PanelColumns:
+    """The column roles of ``spec``'s layout, each a name; refuses a missing or an extra role."""
     cols = spec.data.columns
     if cols.time is None:
         raise SpecError("data.columns.time: synth-control needs the time column's name")
@@ -59,28 +77,35 @@ def structure_columns(spec: SynthControlSpec) -> list[str]:
                 "data.columns: the long layout needs 'unit', 'time' and 'outcome' columns "
                 "(or set synth_control.layout: wide for one column per unit)"
             )
-        return [cols.unit, cols.time]
+        return LongColumns(cols.unit, cols.time, cols.outcome)
     if cols.unit is not None or cols.outcome is not None:
         raise SpecError(
             "data.columns: the wide layout takes only 'time' (every other column is a unit); "
             "remove data.columns.unit/outcome, or use layout: long"
         )
-    return [cols.time]
+    return WideColumns(cols.time)
+
+
+def structure_columns(spec: SynthControlSpec) -> list[str]:
+    """The public structure columns: unit and time (long), or time (wide)."""
+    cols = panel_columns(spec)
+    return [cols.unit, cols.time] if isinstance(cols, LongColumns) else [cols.time]
 
 
 def data_columns(spec: SynthControlSpec) -> list[str]:
     """Columns read at run time: unit/time/outcome (long) or time, target and donors (wide)."""
-    cols = spec.data.columns
-    base = structure_columns(spec)
+    cols = panel_columns(spec)
+    if isinstance(cols, LongColumns):
+        return [cols.unit, cols.time, cols.outcome]
     sec = spec.synth_control
-    if sec.layout == "long":
-        assert cols.outcome is not None
-        return [*base, cols.outcome]
+    base = [cols.time]
     units = [str(sec.target)]
     if sec.donors is not None:
         units += [str(d) for d in sec.donors]
-    else:
-        header = inspect_table(spec.data.path).columns  # the schema only: public
+    else:  # every other column of the header (the schema only: public)
+        from dpcausal.io.tables import inspect_table
+
+        header = inspect_table(spec.data.path).columns
         units += [c for c in header if c not in (cols.time, str(sec.target))]
     return [*base, *units]
 
@@ -164,10 +189,8 @@ def build_layout(spec: SynthControlSpec, frame: pd.DataFrame, path: Path | None)
     cells, and T0 < 1 or no post period.
     """
     sec = spec.synth_control
-    cols = spec.data.columns
-    assert cols.time is not None
-    if sec.layout == "long":
-        assert cols.unit is not None
+    cols = panel_columns(spec)
+    if isinstance(cols, LongColumns):
         if frame[cols.unit].isna().any():
             raise DataError(f"{path}: column '{cols.unit}' (unit) has missing values")
         codes, uniques = pd.factorize(frame[cols.unit], sort=False)
@@ -247,12 +270,9 @@ def value_matrix(spec: SynthControlSpec, layout: PanelLayout, frame: pd.DataFram
 
     Refuses non-numeric and missing cells, naming the unit and period.
     """
-    cols = spec.data.columns
-    assert cols.time is not None
+    cols = panel_columns(spec)
     times = pd.Series(layout.times)
-    if layout.layout == "long":
-        assert cols.unit is not None
-        assert cols.outcome is not None
+    if isinstance(cols, LongColumns):
         codes, uniques = pd.factorize(frame[cols.unit], sort=False)
         order = {unit_key(u): i for i, u in enumerate([layout.target, *layout.donors])}
         pos = np.array([order.get(unit_key(u), -1) for u in uniques], dtype=np.int64)

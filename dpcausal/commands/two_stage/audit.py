@@ -42,16 +42,9 @@ RANDOM_STARTS = 2
 
 
 def _domain(spec: TwoStageSpec) -> RowDomain:
-    setup = build_setup(spec)  # refuses missing bounds with the command's message
-    cols = spec.data.columns
-    assert cols.outcome is not None
-    assert cols.treatment is not None
-    assert spec.bounds.outcome is not None
-    numeric = {c: (float(lo), float(hi)) for c, lo, hi in zip(
-        setup.fmap.names, setup.fmap.lower, setup.fmap.upper, strict=True)}
-    numeric[cols.outcome] = (float(spec.bounds.outcome[0]), float(spec.bounds.outcome[1]))
+    cols = build_setup(spec).columns  # refuses missing bounds with the command's message
     sec = spec.two_stage
-    return RowDomain(numeric, {cols.treatment: [sec.treated, sec.control_label()]})
+    return RowDomain(cols.numeric_domain(), {cols.treatment: [sec.treated, sec.control_label()]})
 
 
 def synthesize(spec: TwoStageSpec, n: int, rng: np.random.Generator) -> pd.DataFrame:
@@ -69,9 +62,8 @@ def neighbours(spec: TwoStageSpec, frame: pd.DataFrame, rng: np.random.Generator
     and by a random row.
     """
     domain = _domain(spec)
-    cols = spec.data.columns
-    assert cols.outcome is not None
-    lo, hi = domain.numeric[cols.outcome]
+    outcome = build_setup(spec).columns.outcome
+    lo, hi = domain.numeric[outcome]
     for i in range(k):
         idx = int(rng.integers(len(frame)))
         kind = i % 4
@@ -82,8 +74,8 @@ def neighbours(spec: TwoStageSpec, frame: pd.DataFrame, rng: np.random.Generator
         elif kind == 1:
             row = domain.corner_row(rng)
             yield (f"row {idx} planted at a corner, Y top vs bottom",
-                   replace_one(frame, idx, {**row, cols.outcome: hi}),
-                   replace_one(frame, idx, {**row, cols.outcome: lo}))
+                   replace_one(frame, idx, {**row, outcome: hi}),
+                   replace_one(frame, idx, {**row, outcome: lo}))
         elif kind == 2:
             yield f"row {idx} -> corner of the bounds", None, replace_one(frame, idx,
                                                                           domain.corner_row(rng))

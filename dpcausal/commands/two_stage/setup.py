@@ -11,10 +11,11 @@ import numpy.typing as npt
 import pandas as pd
 
 from dpcausal.commands.common.arms import treated_mask
+from dpcausal.commands.common.columns import ArmColumns
 from dpcausal.commands.common.linear_rule import FeatureMap
 from dpcausal.commands.two_stage.spec import MmdSection, TwoStageSpec
 from dpcausal.errors import MissingBoundsError, SpecError
-from dpcausal.io.tables import numeric_column, same_file
+from dpcausal.frames import numeric_column, same_file
 from dpcausal.method import SideInput
 
 FloatArray = npt.NDArray[np.float64]
@@ -26,6 +27,7 @@ M_X = 1.0
 class TwoStageSetup:
     """Every public constant of one run, derived from the spec alone."""
 
+    columns: ArmColumns
     fmap: FeatureMap
     lower: float
     upper: float
@@ -78,9 +80,10 @@ def build_setup(spec: TwoStageSpec) -> TwoStageSetup:
             "two_stage.l1_radius is missing: θ must lie in a public ℓ₁ ball (the squared loss has no "
             "finite gradient bound otherwise); add e.g. two_stage: {l1_radius: 10}"
         )
-    bnds = np.array([spec.bounds.covariate(c) for c in cols.covariates], dtype=np.float64)
-    fmap = FeatureMap(tuple(cols.covariates), bnds[:, 0], bnds[:, 1], sec.scaling, sec.intercept)
-    lo, hi = spec.bounds.outcome
+    columns = ArmColumns.from_spec(spec, "two-stage")
+    bnds = np.array(columns.covariate_bounds, dtype=np.float64)
+    fmap = FeatureMap(columns.covariates, bnds[:, 0], bnds[:, 1], sec.scaling, sec.intercept)
+    lo, hi = columns.outcome_bounds
     if sec.outcome_direction == "lower":
         lo, hi = -hi, -lo
     u_range = None
@@ -104,7 +107,7 @@ def build_setup(spec: TwoStageSpec) -> TwoStageSetup:
         raise MissingBoundsError(
             "weights: ipw-rct needs two_stage.ipw_rct: {p_treated: P} — the design probability"
         )
-    return TwoStageSetup(fmap, lo, hi, float(sec.l1_radius), u_range)
+    return TwoStageSetup(columns, fmap, lo, hi, float(sec.l1_radius), u_range)
 
 
 def coef_vector(spec: TwoStageSpec) -> FloatArray:
@@ -126,10 +129,8 @@ def score_range(spec: TwoStageSpec, bnds: FloatArray) -> tuple[float, float]:
 def prepare(spec: TwoStageSpec, setup: TwoStageSetup, frame: pd.DataFrame,
             path: Path | None) -> Prepared:
     """Validate and map the table: clip to the public bounds, features, ±1 arms, targets t."""
-    cols = spec.data.columns
+    cols = setup.columns
     sec = spec.two_stage
-    assert cols.outcome is not None
-    assert cols.treatment is not None
     raw = np.column_stack([numeric_column(frame, c, path) for c in cols.covariates])
     y = numeric_column(frame, cols.outcome, path)
     if sec.outcome_direction == "lower":
