@@ -58,6 +58,35 @@ def assert_three_arm(pvalues: dict[float, float]) -> None:
     assert pvalues[1.3] < P_REJECT, f"1.3x scale not rejected: {pvalues}"
 
 
+COVERAGE_TOLERANCE = 0.015
+"""Issue 16: a printed (1 − α) interval covers the noise at its nominal rate within 1.5 points."""
+
+
+def coverage_three_arm(abs_errors: np.ndarray, halfwidth_at: Callable[[float], Any]
+                       ) -> dict[float, float]:
+    """Coverage of |error| ≤ h(f·scale) for each scale factor f (0.7, 1, 1.3).
+
+    ``abs_errors`` holds |released − value without noise| over seeded draws, shape (draws,) or
+    (draws, k) for k quantities with one half-width each (``halfwidth_at`` then returns k)."""
+    err = np.asarray(abs_errors, dtype=np.float64)
+    return {f: float(np.mean(err <= np.asarray(halfwidth_at(f)))) for f in SCALE_FACTORS}
+
+
+def assert_coverage_three_arm(coverage: dict[float, float], alpha: float, *,
+                              bound: bool = False) -> None:
+    """The true scale covers at 1 − α within 1.5 points and the intervals of the 0.7x and 1.3x
+    scales miss that band. A ``bound`` (coverage ≥ 1 − α by design, often far above) must only
+    cover at least 1 − α − 1.5 points; its exactness is tested where the bound is attained."""
+    target = 1.0 - alpha
+    true = coverage[1.0]
+    if bound:
+        assert true >= target - COVERAGE_TOLERANCE, f"bound undercovers: {coverage}"
+        return
+    assert abs(true - target) <= COVERAGE_TOLERANCE, f"true scale off its level: {coverage}"
+    assert abs(coverage[0.7] - target) > COVERAGE_TOLERANCE, f"0.7x not rejected: {coverage}"
+    assert abs(coverage[1.3] - target) > COVERAGE_TOLERANCE, f"1.3x not rejected: {coverage}"
+
+
 def noise_for(*mechanisms: Any, seed: int) -> NoiseGuard:
     """A seeded noise guard whose plan is exactly ``mechanisms``' events (tests of one step)."""
     plan = PrivacyPlan("test", tuple(m.event() for m in mechanisms), {}, "pure", False)

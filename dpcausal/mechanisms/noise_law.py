@@ -1,0 +1,265 @@
+"""How wide the privacy noise is: (1 − α) half-widths from each mechanism's public law.
+
+Every function here is post-processing of public parameters (a noise scale, a dimension, the
+number of candidates, n and a strong-convexity constant): it reads no data and costs no ε. A
+half-width h is exact when P(|noise| ≤ h) = 1 − α for the stated law, and a *bound* when only
+P(|noise| ≤ h) ≥ 1 − α holds (``exponential_utility_gap`` over the utilities, and
+``objective_perturbation_bound``); callers label the latter ``bound: true``.
+
+The laws, with Z the noise added to a released scalar or to a linear functional aᵀθ:
+
+- Laplace of scale b on a scalar: P(|Z| > t) = e^{−t/b}, so h = b·ln(1/α).
+- Laplace on aᵀθ (independent coordinates): Σ a_i L_i, by Gil-Pelaez inversion of its
+  characteristic function ∏ 1/(1 + a_i²b²u²).
+- Gaussian N(0, σ²I): aᵀZ ~ N(0, σ²‖a‖²), h = ‖a‖·σ·z_{1−α/2}. The Gaussian-process mechanism's
+  noise at a point is Gaussian with sd σ·sqrt(k(x, x)) (:func:`gp_pointwise_sd`).
+- ℓ2-Laplace (radius R ~ Gamma(d, s) × a uniform direction u): aᵀZ has the law of ‖a‖·R·u₁
+  (rotation invariance). With u₁ = cos φ, φ of density ∝ sin^{d−2}φ on [0, π],
+  P(|R u₁| > t) = ∫₀^{π/2} Q(d, t/(s cos φ)) sin^{d−2}φ dφ / ∫₀^{π/2} sin^{d−2}φ dφ,
+  Q the regularised upper incomplete gamma function: a smooth bounded integrand, integrated
+  adaptively, then inverted by Brent's method. For d = 1 the law is Laplace(s).
+- Exponential mechanism (Gumbel-max at temperature T: P(k) ∝ exp(u_k/T)): over all utility
+  vectors, sup P(u(chosen) < max u − t) = (K − 1)e^{−t/T}/(1 + (K − 1)e^{−t/T}) (every other
+  candidate just below max u − t), so t = T·ln((K − 1)(1 − α)/α) gives P(u(chosen) ≥ max u − t)
+  ≥ 1 − α for every utility vector, with equality in that worst case.
+- Objective perturbation min F(θ) + bᵀθ/n over a convex set, F γ-strongly convex: the
+  minimisers with and without b differ by ‖Δθ‖₂ ≤ ‖b‖₂/(nγ) (add the two first-order optimality
+  conditions), so |aᵀΔθ| ≤ ‖a‖₂·q_{1−α}(‖b‖)/(nγ) with probability ≥ 1 − α; over an ℓ1 ball of
+  radius λ₁ also |aᵀΔθ| ≤ ‖a‖_∞·2λ₁ always. ‖b‖ ~ Gamma(d, s) (ℓ2-Laplace) or σ·χ_d (Gaussian).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+from scipy import integrate, optimize, special, stats
+
+from dpcausal.accounting.events import PrivacyEvent
+
+
+def check_alpha(alpha: float) -> None:
+    """Raise ValueError unless 0 < α < 1."""
+    if not (isinstance(alpha, int | float) and 0.0 < alpha < 1.0):
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+
+
+def _check_scale(scale: float) -> None:
+    if not (math.isfinite(scale) and scale >= 0.0):
+        raise ValueError(f"a noise scale must be finite and >= 0, got {scale!r}")
+
+
+def laplace_halfwidth(scale: float, alpha: float) -> float:
+    """h with P(|L| ≤ h) = 1 − α for L ~ Laplace(0, b): h = b·ln(1/α)."""
+    check_alpha(alpha)
+    _check_scale(scale)
+    return scale * math.log(1.0 / alpha)
+
+
+def gaussian_halfwidth(sigma: float, alpha: float) -> float:
+    """h with P(|Z| ≤ h) = 1 − α for Z ~ N(0, σ²): h = σ·z_{1−α/2}."""
+    check_alpha(alpha)
+    _check_scale(sigma)
+    return sigma * float(special.ndtri(1.0 - alpha / 2.0))
+
+
+def gp_pointwise_sd(sigma: float, kernel_diagonal: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """The sd of a Gaussian-process release at each point: σ·sqrt(k(x, x)).
+
+    ``kernel_diagonal`` is k(x, x) of the noise covariance at each point: 1 + τ for a path of
+    the unit-diagonal kernel k0 with jitter τ, ‖ζ(x)‖² for a finite feature map ζ.
+    """
+    diag = np.asarray(kernel_diagonal, dtype=np.float64)
+    if np.any(~np.isfinite(diag)) or np.any(diag < 0):
+        raise ValueError("kernel_diagonal must be finite and >= 0")
+    return np.asarray(sigma * np.sqrt(diag), dtype=np.float64)
+
+
+def laplace_sum_coverage(t: float, scales: npt.ArrayLike) -> float:
+    """P(|Σ_i L_i| ≤ t) for independent L_i ~ Laplace(0, c_i) (Gil-Pelaez inversion).
+
+    With φ(u) = ∏ 1/(1 + c_i²u²) the (real, even) characteristic function,
+    P(|S| ≤ t) = (2/π) ∫₀^∞ sin(tu) φ(u)/u du. The integral is split at u₀ = 1/min c: a plain
+    adaptive rule on [0, u₀] and QAWF (Fourier integrals) on [u₀, ∞).
+    """
+    c = np.abs(np.asarray(scales, dtype=np.float64)).ravel()
+    c = c[c > 0]
+    if t <= 0.0:
+        return 0.0
+    if c.size == 0:
+        return 1.0
+    c2 = c * c
+
+    def phi(u: float) -> float:
+        return float(np.prod(1.0 / (1.0 + c2 * u * u)))
+
+    u0 = 1.0 / float(c.min())
+    head, _ = integrate.quad(lambda u: math.sin(t * u) / u * phi(u) if u > 0 else t,
+                             0.0, u0, limit=500, epsabs=1e-13, epsrel=1e-11)
+    tail, _ = integrate.quad(lambda u: phi(u) / u, u0, math.inf, weight="sin", wvar=t,
+                             limlst=200, epsabs=1e-13)
+    return min(1.0, max(0.0, 2.0 / math.pi * (float(head) + float(tail))))
+
+
+def laplace_sum_halfwidth(scales: npt.ArrayLike, alpha: float) -> float:
+    """h with P(|Σ_i L_i| ≤ h) = 1 − α, L_i ~ Laplace(0, c_i) independent.
+
+    The noise of aᵀ(θ + L) for i.i.d. Laplace(b) coordinates has ``scales`` = |a_i|·b.
+    """
+    check_alpha(alpha)
+    c = np.abs(np.asarray(scales, dtype=np.float64)).ravel()
+    if np.any(~np.isfinite(c)):
+        raise ValueError("scales must be finite")
+    c = c[c > 0]
+    if c.size == 0:
+        return 0.0
+    if c.size == 1:
+        return laplace_halfwidth(float(c[0]), alpha)
+    # |S| ≤ Σ|L_i|, and P(Σ|L_i| > Σ c_i ln(k/α)) ≤ α by a union bound: a bracket for the root
+    hi = float(c.sum()) * math.log(c.size / alpha) + float(c.max())
+    root = optimize.brentq(lambda t: laplace_sum_coverage(t, c) - (1.0 - alpha), 0.0, hi,
+                           xtol=1e-12 * hi, rtol=1e-10)
+    return float(root)
+
+
+def l2_laplace_projection_tail(t: float, dim: int, scale: float) -> float:
+    """P(|R·u₁| > t) for R ~ Gamma(dim, scale) and u uniform on the unit sphere S^{dim−1}."""
+    _check_scale(scale)
+    if t <= 0.0:
+        return 1.0
+    if scale == 0.0:
+        return 0.0
+    x = t / scale
+    if dim == 1:
+        return math.exp(-x)
+    d = float(dim)
+    log_norm = math.log(0.5 * math.sqrt(math.pi)) + special.gammaln((d - 1.0) / 2.0) \
+        - special.gammaln(d / 2.0)
+
+    def integrand(phi: float) -> float:
+        cos = math.cos(phi)
+        if cos <= 0.0:
+            return 0.0
+        sin = math.sin(phi)
+        if sin <= 0.0:
+            return 0.0 if dim > 2 else float(special.gammaincc(d, x / cos)) * math.exp(-log_norm)
+        weight = math.exp((d - 2.0) * math.log(sin) - log_norm)
+        return float(special.gammaincc(d, x / cos)) * weight
+
+    # where the mass sits: sin^{d-2} peaks at π/2 with width ~1/√d; Q(d, x/cos φ) turns on at
+    # cos φ ≈ x/d
+    points = sorted({min(max(math.acos(min(1.0, x / d)), 1e-9), math.pi / 2 - 1e-9),
+                     max(math.pi / 2 - 1.0 / math.sqrt(d), 1e-9)})
+    val, _ = integrate.quad(integrand, 0.0, math.pi / 2, points=points, limit=500,
+                            epsabs=1e-14, epsrel=1e-11)
+    return min(1.0, max(0.0, float(val)))
+
+
+def l2_laplace_projection_halfwidth(dim: int, scale: float, alpha: float) -> float:
+    """h with P(|aᵀZ| ≤ h) = 1 − α for ℓ2-Laplace noise Z (Gamma(dim, scale) radius) and ‖a‖ = 1.
+
+    Multiply by ‖a‖₂ for another functional (rotation invariance); a coordinate has ‖a‖ = 1.
+    """
+    check_alpha(alpha)
+    _check_scale(scale)
+    if not (isinstance(dim, int | np.integer) and dim >= 1):
+        raise ValueError(f"dim must be a positive integer, got {dim!r}")
+    if scale == 0.0:
+        return 0.0
+    if dim == 1:
+        return laplace_halfwidth(scale, alpha)
+    # |R u₁| ≤ R, so the root lies below the radius's (1 − α) quantile
+    hi = float(stats.gamma.isf(alpha, a=dim, scale=scale))
+    root = optimize.brentq(lambda t: l2_laplace_projection_tail(t, int(dim), scale) - alpha,
+                           0.0, hi, xtol=1e-13 * hi, rtol=1e-11)
+    return float(root)
+
+
+def l2_laplace_norm_quantile(dim: int, scale: float, level: float) -> float:
+    """The ``level`` quantile of ‖Z‖₂ = R ~ Gamma(dim, scale)."""
+    check_alpha(level)
+    _check_scale(scale)
+    return float(stats.gamma.ppf(level, a=dim, scale=scale))
+
+
+def gaussian_norm_quantile(dim: int, sigma: float, level: float) -> float:
+    """The ``level`` quantile of ‖Z‖₂ for Z ~ N(0, σ² I_dim): σ·sqrt(χ²_dim quantile)."""
+    check_alpha(level)
+    _check_scale(sigma)
+    return sigma * math.sqrt(float(stats.chi2.ppf(level, df=dim)))
+
+
+def exponential_utility_gap(temperature: float, n_candidates: int, alpha: float) -> float:
+    """t with P(u(chosen) ≥ max u − t) ≥ 1 − α for every utility vector (a bound; module doc).
+
+    ``temperature`` is the Gumbel scale T of the mechanism (2Δ_u/ε, or Δ_u/ε when monotonic),
+    in utility units; ``n_candidates`` is K, the size of the public candidate set.
+    """
+    check_alpha(alpha)
+    _check_scale(temperature)
+    if n_candidates < 1:
+        raise ValueError(f"n_candidates must be >= 1, got {n_candidates!r}")
+    ratio = (n_candidates - 1) * (1.0 - alpha) / alpha
+    return temperature * math.log(ratio) if ratio > 1.0 else 0.0
+
+
+def objective_perturbation_bound(norm_quantile: float, *, n: int, strong_convexity: float,
+                                 a_norm2: float = 1.0, a_norm_inf: float | None = None,
+                                 l1_radius: float | None = None) -> float:
+    """A (1 − α) bound on |aᵀ(θ_b − θ_0)| for objective perturbation (module docstring).
+
+    Parameters
+    ----------
+    norm_quantile
+        The (1 − α) quantile of ‖b‖₂ (:func:`l2_laplace_norm_quantile` or
+        :func:`gaussian_norm_quantile`).
+    n
+        The divisor of the noise term bᵀθ/n.
+    strong_convexity
+        γ: the perturbed objective (without b) is γ-strongly convex in θ.
+    a_norm2, a_norm_inf
+        ‖a‖₂ and ‖a‖_∞ of the functional (a coordinate: 1 and 1).
+    l1_radius
+        λ₁ when θ is constrained to the ℓ1 ball of that radius: both minimisers lie in it, so
+        |aᵀΔθ| ≤ ‖a‖_∞·2λ₁ whatever b is.
+    """
+    if not (math.isfinite(strong_convexity) and strong_convexity > 0):
+        raise ValueError(f"strong_convexity must be finite and > 0, got {strong_convexity!r}")
+    bound = a_norm2 * norm_quantile / (n * strong_convexity)
+    if l1_radius is not None:
+        inf_norm = a_norm2 if a_norm_inf is None else a_norm_inf
+        bound = min(bound, inf_norm * 2.0 * l1_radius)
+    return float(bound)
+
+
+def event_halfwidth(event: PrivacyEvent, alpha: float, *, a_norm2: float = 1.0) -> float:
+    """The (1 − α) half-width of the noise on one coordinate (or on a functional of ℓ2 norm
+    ``a_norm2``) of the release described by ``event`` (its kind, noise scale and dimension).
+
+    Laplace is exact only for a single coordinate (``a_norm2`` must be 1; use
+    :func:`laplace_sum_halfwidth` for a functional); the exponential mechanism has no scalar
+    noise (use :func:`exponential_utility_gap`).
+    """
+    if event.kind == "laplace":
+        if a_norm2 != 1.0:
+            raise ValueError("Laplace noise on a functional: use laplace_sum_halfwidth")
+        return laplace_halfwidth(event.noise_scale, alpha)
+    if event.kind in ("gaussian", "gaussian_process"):
+        return a_norm2 * gaussian_halfwidth(event.noise_scale, alpha)
+    if event.kind == "l2_laplace":
+        dim = int(event.params["dim"])
+        return a_norm2 * l2_laplace_projection_halfwidth(dim, event.noise_scale, alpha)
+    raise ValueError(f"no scalar noise half-width for a {event.kind!r} event")
+
+
+def law_label(event: PrivacyEvent) -> str:
+    """A short description of the noise law of ``event`` for outputs (public parameters only)."""
+    if event.kind == "laplace":
+        return f"Laplace(b={event.noise_scale:.4g})"
+    if event.kind in ("gaussian", "gaussian_process"):
+        return f"Gaussian(sigma={event.noise_scale:.4g})"
+    if event.kind == "l2_laplace":
+        return (f"l2-Laplace projected (d={int(event.params['dim'])}, "
+                f"Gamma scale={event.noise_scale:.4g})")
+    return f"exponential mechanism (Gumbel scale={event.noise_scale:.4g})"
