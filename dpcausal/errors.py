@@ -74,6 +74,11 @@ class BudgetExceededError(PrivacyError):
     """The plan would take the dataset's spend past its ledger cap."""
 
 
+class AccuracyRefusedError(PrivacyError):
+    """The predicted noise half-width exceeds ``accuracy.max_halfwidth`` (refused before any row
+    is read)."""
+
+
 class MissingBoundsError(PrivacyError):
     """A public bound the sensitivity depends on is missing from the spec."""
 

@@ -27,13 +27,14 @@ from dpcausal.accounting.budget import Budget
 from dpcausal.accounting.ledger import Ledger, LedgerState, now_iso
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.accounting.receipt import build_receipt, finalize, sha256_bytes
-from dpcausal.errors import BudgetExceededError, OutputError
+from dpcausal.errors import AccuracyRefusedError, BudgetExceededError, OutputError, PrivacyError
 from dpcausal.io import tables
 from dpcausal.io.documents import read_document
 from dpcausal.io.release_dir import RECEIPT, ReleaseDir
 from dpcausal.io.writers import csv_bytes, json_bytes, parquet_bytes
 from dpcausal.mechanisms import NoiseGuard
 from dpcausal.method import MethodDef, Release
+from dpcausal.planner import Replan, TargetReport, check_accuracy, plan_target
 from dpcausal.rng import make_rng
 from dpcausal.spec.base import CommonSpec
 
@@ -49,8 +50,11 @@ class RunResult:
     receipt: dict[str, Any] | None = None
     output_paths: list[Path] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
-    refusal: BudgetExceededError | None = None
-    """A dry run whose plan the ledger refuses: the plan is still shown, then this error (exit 3)."""
+    refusal: PrivacyError | None = None
+    """A dry run whose plan the ledger (or the accuracy guard) refuses: the plan is still shown,
+    then this error (exit 3)."""
+    target: TargetReport | None = None
+    """``--dry-run --target-halfwidth``: the smallest ε (and n) meeting the target."""
 
     def plan_dict(self) -> dict[str, Any]:
         """The plan as printed by ``--dry-run --json``."""
@@ -67,7 +71,9 @@ class RunResult:
             "events": [e.to_dict() for e in self.plan.events],
             "assumptions": self.plan.assumptions,
             "details": self.plan.details,
+            "accuracy": [a.to_dict() for a in self.plan.accuracy],
             "ledger": self.ledger_state.to_dict() if self.ledger_state else None,
+            **({"target": self.target.to_dict()} if self.target is not None else {}),
         }
 
 
@@ -159,10 +165,13 @@ class Prepared:
     ledger: Ledger | None
     cap: Budget | None
     state: LedgerState | None
-    refusal: BudgetExceededError | None
-    """The ledger's refusal of the plan (raised by :func:`execute` unless it is a dry run)."""
+    refusal: PrivacyError | None
+    """The ledger's (or the accuracy guard's) refusal of the plan (raised by :func:`execute`
+    unless it is a dry run)."""
     engine_run: Callable[..., Release] | None
     """The command's engine path when the spec names an engine; None: in memory."""
+    replan: Replan
+    """The plan at another ε or n, from public inputs only (the guard and the ε planner)."""
 
 
 @dataclass
@@ -178,7 +187,8 @@ class Estimated:
 
 def prepare(method: MethodDef, spec: CommonSpec, spec_sha256: str, *,
             seed: int | None = None) -> Prepared:
-    """Spec → the data's schema and row count → plan (public inputs only) → ledger check.
+    """Spec → the data's schema and row count → plan (public inputs only) → ledger check → the
+    accuracy guard (``accuracy.max_halfwidth``, DESIGN principle 9).
 
     Reads no data row: only the table's schema and row count, and the public side files.
     """
@@ -196,7 +206,8 @@ def prepare(method: MethodDef, spec: CommonSpec, spec_sha256: str, *,
     rng = make_rng(seed)
     plan = method.plan(spec, info.n_rows, side, rng=rng)
     ledger = Ledger(spec.ledger.location) if spec.ledger else None
-    state = cap = refusal = None
+    state = cap = None
+    refusal: PrivacyError | None = None
     if ledger is not None and spec.ledger is not None:
         cap = Budget(spec.ledger.budget.epsilon, spec.ledger.budget.delta)
         state = ledger.state(spec.ledger.dataset, RunCost.from_plan(plan), cap)
@@ -204,8 +215,20 @@ def prepare(method: MethodDef, spec: CommonSpec, spec_sha256: str, *,
             Ledger.check(state)
         except BudgetExceededError as exc:
             refusal = exc
+
+    def replan(epsilon: float | None, n_rows: int | None) -> PrivacyPlan:
+        """The plan at another ε or n: public inputs only, a fresh public generator."""
+        at = spec.with_overrides(epsilon=epsilon) if epsilon is not None else spec
+        return method.plan(at, n_rows or info.n_rows, side, rng=make_rng(seed))
+
+    if refusal is None:
+        try:  # the utility guard: on the plan alone, before any row is read
+            check_accuracy(plan, replan, max_halfwidth=spec.accuracy.max_halfwidth,
+                           quantity=spec.accuracy.quantity, epsilon=spec.privacy.epsilon)
+        except AccuracyRefusedError as exc:
+            refusal = exc
     return Prepared(method, spec, spec_sha256, started, info, side, rng, plan, ledger, cap, state,
-                    refusal, engine_run)
+                    refusal, engine_run, replan)
 
 
 def estimate(run: Prepared, out: ReleaseDir, *, test_noise_seed: int | None = None) -> Estimated:
@@ -273,6 +296,7 @@ def execute(
     seed: int | None = None,
     dry_run: bool = False,
     test_noise_seed: int | None = None,
+    target_halfwidth: float | None = None,
 ) -> RunResult:
     """Plan, check, and (unless ``dry_run``) run and release: :func:`prepare`, then
     :func:`estimate`, then :func:`charge_and_write`.
@@ -292,11 +316,17 @@ def execute(
     test_noise_seed
         Make the privacy noise reproducible. For tests only: the receipt then says
         ``dp_guarantee: false``.
+    target_halfwidth
+        With ``dry_run``: also search the smallest ε (and n) whose predicted half-width of the
+        headline quantity (or ``accuracy.quantity``) is at most this.
     """
     run = prepare(method, spec, spec_sha256, seed=seed)
     if dry_run:  # a dry run shows the plan it refuses (the CLI exits 3 after)
+        target = None if target_halfwidth is None else plan_target(
+            run.plan, run.replan, target=target_halfwidth, quantity=spec.accuracy.quantity,
+            epsilon=spec.privacy.epsilon, n_rows=run.info.n_rows)
         return RunResult(plan=run.plan, n_rows=run.info.n_rows, ledger_state=run.state,
-                         dry_run=True, refusal=run.refusal)
+                         dry_run=True, refusal=run.refusal, target=target)
     if run.refusal is not None:
         raise run.refusal
     out = ReleaseDir(Path(spec.output.dir))

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from dpcausal.errors import EXIT_INTERNAL, DPCausalError
+from dpcausal.errors import EXIT_INTERNAL, DPCausalError, SpecError
 
 if TYPE_CHECKING:
     from dpcausal.commands import Command
@@ -131,6 +132,7 @@ def print_plan(result: RunResult, console: Console) -> None:
         table.add_row(ev.stage, ev.kind, _fmt(ev.epsilon), _fmt(ev.delta),
                       f"{_fmt(ev.sensitivity)} ({ev.norm})", _fmt(ev.noise_scale))
     console.print(table)
+    print_accuracy(result, console)
     for key, val in plan.details.items():
         if not isinstance(val, dict | list):
             console.print(f"  {key}: {_fmt(val)}", markup=False)
@@ -145,6 +147,48 @@ def print_plan(result: RunResult, console: Console) -> None:
         )
     else:
         console.print("ledger: none (the run is receipted but not capped)")
+
+
+def print_accuracy(result: RunResult, console: Console) -> None:
+    """The predicted half-widths (DESIGN principle 9) and a ``--target-halfwidth`` report."""
+    acc = result.plan.accuracy
+    if acc:
+        levels = sorted({f"{(1 - a.alpha) * 100:g}%" for a in acc})
+        console.print(f"predicted accuracy ({', '.join(levels)} intervals from public inputs; "
+                      "noise = the privacy noise alone, bound = a guaranteed upper bound; "
+                      "* = headline):")
+        table = Table(show_header=True, header_style="bold")
+        for col in ("quantity", "± half-width", "units", "kind", "law"):
+            table.add_column(col, overflow="fold")
+        for a in acc:
+            table.add_row(*(escape(c) for c in (
+                a.quantity + (" *" if a.headline else ""), _fmt(a.halfwidth), a.units,
+                a.kind + (" (bound)" if a.bound else ""), a.law)))
+        console.print(table)
+    if result.target is not None:
+        for line in result.target.lines():
+            console.print(line, markup=False)
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """The human summary: scalars as they are, released numbers with their interval (the
+    convention of :mod:`dpcausal.intervals`), one level deep; other lists and objects are left
+    to ``--json``."""
+    from dpcausal.intervals import summary_interval
+
+    def is_record(v: Any) -> bool:
+        return isinstance(v, dict) and "estimate" in v
+
+    lines = []
+    for key, val in summary.items():
+        if is_record(val):
+            lines.append(f"  {key}: {summary_interval(val)}")
+        elif isinstance(val, dict) and val and all(is_record(v) for v in val.values()):
+            lines.append(f"  {key}:")
+            lines += [f"    {k}: {summary_interval(v)}" for k, v in val.items()]
+        elif not isinstance(val, dict | list):
+            lines.append(f"  {key}: {_fmt(val)}")
+    return lines
 
 
 def emit(result: RunResult, *, as_json: bool, quiet: bool) -> None:
@@ -170,8 +214,8 @@ def emit(result: RunResult, *, as_json: bool, quiet: bool) -> None:
     if result.dry_run:
         console.print("dry run: no data row was read, nothing was spent or written.")
         return
-    for key, val in result.summary.items():
-        console.print(f"  {key}: {_fmt(val)}", markup=False)
+    for line in summary_lines(result.summary):
+        console.print(line, markup=False)
     console.print("wrote: " + ", ".join(str(p) for p in result.output_paths), markup=False)
 
 
@@ -189,6 +233,8 @@ def run_release_command(
     test_noise_seed: int | None,
     engine: str | None = None,
     engine_address: str | None = None,
+    epsilon: float | None = None,
+    target_halfwidth: float | None = None,
 ) -> None:
     """Load the spec, apply overrides, execute, print. Exit codes per DESIGN §3."""
 
@@ -198,7 +244,10 @@ def run_release_command(
 
         method = command.method()
         spec, sha = load_spec(spec_path, method.spec_model)
-        spec = spec.with_overrides(data=data, out=out, ledger=ledger)
+        if target_halfwidth is not None and not dry_run:
+            raise SpecError("--target-halfwidth plans a run: use it with --dry-run",
+                            field="--target-halfwidth")
+        spec = spec.with_overrides(data=data, out=out, ledger=ledger, epsilon=epsilon)
         if engine is not None or engine_address is not None:
             spec = spec.with_overrides(engine=engine, engine_address=engine_address)
         if test_noise_seed is not None:
@@ -207,7 +256,7 @@ def run_release_command(
                 "differential privacy guarantee and its receipt says so", markup=False)
         with status(f"dpcausal {command.name}: running", quiet or as_json):
             result = execute(method, spec, sha, seed=seed, dry_run=dry_run,
-                             test_noise_seed=test_noise_seed)
+                             test_noise_seed=test_noise_seed, target_halfwidth=target_halfwidth)
         emit(result, as_json=as_json, quiet=quiet)
 
     guarded(body, as_json=as_json)

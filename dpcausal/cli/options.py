@@ -102,3 +102,16 @@ EngineAddressOpt = Annotated[
     typer.Option("--engine-address", metavar="ADDRESS",
                  help="Dask scheduler address (tcp://host:8786); implies --engine dask."),
 ]
+EpsilonOpt = Annotated[
+    float | None,
+    typer.Option("--epsilon", metavar="E",
+                 help="Override privacy.epsilon (e.g. for sweeps); the receipt and the ledger "
+                 "charge this ε."),
+]
+TargetHalfwidthOpt = Annotated[
+    float | None,
+    typer.Option("--target-halfwidth", metavar="X",
+                 help="With --dry-run: print the smallest ε (and, where it matters, n) whose "
+                 "predicted noise half-width of the headline quantity (or accuracy.quantity) "
+                 "is at most X, in that quantity's units."),
+]

@@ -40,7 +40,8 @@ def _parameters(command: Command) -> list[inspect.Parameter]:
     spec = (opt("spec", OptionalSpecOpt) if command.rule
             else inspect.Parameter("spec", inspect.Parameter.KEYWORD_ONLY, annotation=o.SpecOpt))
     params = [spec, opt("data", o.DataOpt), opt("out", o.OutOpt), opt("ledger", o.LedgerOpt),
-              opt("seed", o.SeedOpt), opt("dry_run", o.DryRunOpt, False),
+              opt("seed", o.SeedOpt), opt("epsilon", o.EpsilonOpt),
+              opt("dry_run", o.DryRunOpt, False), opt("target_halfwidth", o.TargetHalfwidthOpt),
               opt("as_json", o.JsonOpt, False), opt("quiet", o.QuietOpt, False)]
     if command.rule:
         params.append(opt("apply", ApplyOpt))
@@ -54,7 +55,8 @@ def release_command(command: Command) -> Callable[..., None]:
     """The Typer function of ``dpcausal <command.name>``: release, or (``--apply``) score rows."""
 
     def run(*, spec: Path | None, data: Path | None = None, out: Path | None = None,
-            ledger: str | None = None, seed: int | None = None, dry_run: bool = False,
+            ledger: str | None = None, seed: int | None = None, epsilon: float | None = None,
+            dry_run: bool = False, target_halfwidth: float | None = None,
             as_json: bool = False, quiet: bool = False, apply: Path | None = None,
             test_noise_seed: int | None = None, engine: str | None = None,
             engine_address: str | None = None) -> None:
@@ -68,7 +70,8 @@ def release_command(command: Command) -> Callable[..., None]:
         run_release_command(command, spec_path=spec, data=data, out=out, ledger=ledger,
                             seed=seed, dry_run=dry_run, as_json=as_json, quiet=quiet,
                             test_noise_seed=test_noise_seed, engine=engine,
-                            engine_address=engine_address)
+                            engine_address=engine_address, epsilon=epsilon,
+                            target_halfwidth=target_halfwidth)
 
     params = _parameters(command)
     run.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]

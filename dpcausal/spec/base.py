@@ -170,6 +170,29 @@ class PrivacySpec(StrictModel):
     δ > 0 (cate requires it; two-stage with noise: gaussian); the others refuse it. Keep it well
     below 1/(number of rows): δ is the probability that the ε guarantee fails."""
 
+    def with_epsilon(self, epsilon: float) -> PrivacySpec:
+        """A copy with ε replaced (``--epsilon``), validated like the spec's own value."""
+        if not (isinstance(epsilon, int | float) and math.isfinite(epsilon) and epsilon > 0):
+            raise SpecError(f"--epsilon: must be a finite number > 0, got {epsilon}",
+                            field="--epsilon")
+        return self.model_copy(update={"epsilon": float(epsilon)})
+
+
+class AccuracySpec(StrictModel):
+    """How sure every release says it is, and how sure it must be to run (DESIGN principle 9)."""
+
+    alpha: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.05
+    """α of the (1 − α) intervals written beside every released number and predicted by the dry
+    run (default 0.05: 95% intervals). Intervals are post-processing of public parameters: α
+    changes no noise and costs no ε."""
+    max_halfwidth: PositiveFinite | None = None
+    """Refuse the run (exit 3) before reading any row when the predicted noise half-width of the
+    headline quantity (or of accuracy.quantity) exceeds this, in that quantity's units (the dry
+    run prints them); the message names the ε that would meet it. Default: no limit."""
+    quantity: Annotated[str, Field(min_length=1)] | None = None
+    """Which predicted quantity max_halfwidth and --target-halfwidth refer to, by the name the
+    dry run prints (e.g. margin, theta[0]); default: the command's headline quantity."""
+
 
 class BudgetSpec(StrictModel):
     """A dataset's lifetime cap."""
@@ -283,14 +306,21 @@ class CommonSpec(StrictModel):
     engine: EngineSpec | None = None
     """Where the data passes run; without it (and without --engine) the columns are read into
     memory."""
+    accuracy: AccuracySpec = Field(default_factory=AccuracySpec)
+    """The level of the noise intervals written beside released numbers, and an optional limit on
+    the predicted half-width that refuses a run before it reads any row."""
 
     def with_overrides(
         self, *, data: Path | None = None, out: Path | None = None,
         ledger: str | Path | None = None,
         engine: str | None = None, engine_address: str | None = None,
+        epsilon: float | None = None,
     ) -> Any:
-        """Return a copy with the CLI's --data / --out / --ledger / --engine(-address) applied."""
+        """Return a copy with the CLI's --data / --out / --ledger / --engine(-address) /
+        --epsilon applied."""
         update: dict[str, Any] = {}
+        if epsilon is not None:
+            update["privacy"] = self.privacy.with_epsilon(epsilon)
         if engine is not None or engine_address is not None:
             base = self.engine or EngineSpec()
             kind = engine if engine is not None else ("dask" if engine_address else base.kind)
