@@ -142,18 +142,20 @@ class TargetReport:
     n_now: int
     n: int | None
     n_note: str
+    note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The ``target`` object of ``--dry-run --json``."""
         return {"quantity": self.quantity, "units": self.units, "target_halfwidth": self.target,
                 "halfwidth_now": self.halfwidth, "epsilon_now": self.epsilon_now,
                 "smallest_epsilon": self.epsilon, "n_rows_now": self.n_now,
-                "smallest_n": self.n, "n_note": self.n_note}
+                "smallest_n": self.n, "n_note": self.n_note, "note": self.note}
 
     def lines(self) -> list[str]:
         """The human form."""
         eps = (f"smallest ε that meets it: {self.epsilon:g}" if self.epsilon is not None else
-               f"no ε up to {EPSILON_RANGE[1]:g} meets it")
+               f"no ε up to {EPSILON_RANGE[1]:g} meets it" + (f" ({self.note})" if self.note
+                                                               else ""))
         return [f"target: ±{self.target:g} {self.units} for '{self.quantity}' (now ±"
                 f"{self.halfwidth:.4g} at ε = {self.epsilon_now:g}, n = {self.n_now})",
                 f"  {eps}", f"  {self.n_note}"]
@@ -178,7 +180,7 @@ def plan_target(plan: PrivacyPlan, replan: Replan, *, target: float, quantity: s
             note = (f"smallest n at ε = {epsilon:g} that meets it: {n}" if n is not None else
                     f"no n up to {min(1000 * n_rows, N_MAX)} meets it at ε = {epsilon:g}")
     return TargetReport(acc.quantity, acc.units, target, acc.halfwidth, epsilon, eps, n_rows, n,
-                        note)
+                        note, acc.note)
 
 
 def check_accuracy(plan: PrivacyPlan, replan: Replan, *, max_halfwidth: float | None,
@@ -201,7 +203,7 @@ def check_accuracy(plan: PrivacyPlan, replan: Replan, *, max_halfwidth: float | 
     eps = smallest_epsilon(replan, acc.quantity, max_halfwidth, epsilon)
     fix = (f"ε = {eps:g} would meet it (privacy.epsilon is {epsilon:g}; --epsilon overrides it)"
            if eps is not None else
-           f"no ε up to {EPSILON_RANGE[1]:g} meets it; change the method's settings or the limit")
+           f"no ε up to {EPSILON_RANGE[1]:g} meets it ({acc.note or 'change the limit'})")
     kind = "bound on the noise" if acc.bound else "noise"
     raise AccuracyRefusedError(
         f"accuracy.max_halfwidth: the predicted {(1 - acc.alpha) * 100:g}% {kind} half-width of "

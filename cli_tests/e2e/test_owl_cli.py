@@ -51,8 +51,10 @@ def test_example_config_releases_rule_receipt_and_ledger(workdir: Path) -> None:
     assert ev["kind"] == "l2_laplace" and ev["sensitivity"] == pytest.approx(2 * 15.001 / 0.5 / 75,
                                                                            rel=1e-5)
     recs = pd.read_csv(out / "recommendations.csv")
-    assert list(recs.columns) == ["patient_id", "x1", "x2", "x3", "x4", "recommended"]
-    assert {o["path"] for o in receipt["outputs"]} == {"rule.json", "recommendations.csv"}
+    assert list(recs.columns) == ["patient_id", "x1", "x2", "x3", "x4", "recommended", "margin",
+                                  "margin_noise_lo", "margin_noise_hi", "noise_could_flip"]
+    assert {o["path"] for o in receipt["outputs"]} == {"rule.json", "recommendations.csv",
+                                                      "rule.png"}
     assert releases(workdir / "out" / "ledger.jsonl") == [receipt]
     assert invoke(["audit", "verify", "--ledger", "out/ledger.jsonl",
                    "--receipt", str(out / "receipt.json")]).exit_code == 0

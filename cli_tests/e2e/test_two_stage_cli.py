@@ -58,9 +58,9 @@ def test_example_config_releases(workdir: Path) -> None:
     # nothing non-private is released (weights, propensities, balance tables, residuals)
     assert set(rule) == {"format_version", "command", "method", "feature_map", "theta",
                          "coefficients_original_units", "arms", "decision", "outcome_direction",
-                         "bounds", "privacy"}
+                         "bounds", "privacy", "intervals"}
     assert sorted(p.name for p in out.iterdir()) == ["receipt.json", "recommendations.csv",
-                                                     "rule.json"]
+                                                     "rule.json", "rule.png"]
     text = json.dumps(rule).lower() + json.dumps(receipt).lower()
     assert not any(word in text for word in FORBIDDEN)
     assert receipt["assumptions"]["stage1_released"] is False

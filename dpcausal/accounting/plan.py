@@ -40,6 +40,8 @@ class PredictedAccuracy:
         Whether ``--target-halfwidth`` may search the n that meets a target by re-planning at
         other n (False where the half-width does not depend on n, or a plan at another n would
         be costly, e.g. owl's γ tuning).
+    note
+        What else changes the half-width, said when no ε meets a target (e.g. a penalty).
     """
 
     quantity: str
@@ -51,12 +53,14 @@ class PredictedAccuracy:
     bound: bool = False
     headline: bool = False
     n_search: bool = True
+    note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form of ``--dry-run --json`` (``level`` = 1 − α)."""
         return {"quantity": self.quantity, "units": self.units, "halfwidth": self.halfwidth,
                 "level": 1.0 - self.alpha, "alpha": self.alpha, "kind": self.kind,
-                "law": self.law, "bound": self.bound, "headline": self.headline}
+                "law": self.law, "bound": self.bound, "headline": self.headline,
+                **({"note": self.note} if self.note else {})}
 
 
 @dataclass(frozen=True)

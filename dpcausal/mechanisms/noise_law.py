@@ -253,6 +253,17 @@ def event_halfwidth(event: PrivacyEvent, alpha: float, *, a_norm2: float = 1.0) 
     raise ValueError(f"no scalar noise half-width for a {event.kind!r} event")
 
 
+def event_norm_quantile(event: PrivacyEvent, level: float) -> float:
+    """The ``level`` quantile of the ℓ2 norm of the noise vector of ``event`` (an ℓ2-Laplace or
+    a Gaussian vector with ``params["dim"]``), e.g. b of an objective perturbation."""
+    dim = int(event.params["dim"])
+    if event.kind == "l2_laplace":
+        return l2_laplace_norm_quantile(dim, event.noise_scale, level)
+    if event.kind == "gaussian":
+        return gaussian_norm_quantile(dim, event.noise_scale, level)
+    raise ValueError(f"no noise-vector norm for a {event.kind!r} event")
+
+
 def law_label(event: PrivacyEvent) -> str:
     """A short description of the noise law of ``event`` for outputs (public parameters only)."""
     if event.kind == "laplace":

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from dpcausal.commands.common.rule_intervals import RuleNoise, add_margin_columns
 from dpcausal.errors import DataError
 from dpcausal.frames import numeric_matrix
 
@@ -146,6 +147,26 @@ class FeatureMap:
         out.update({n: float(c) for n, c in zip(self.names, slopes, strict=True)})
         return out
 
+    def original_units_matrix(self) -> FloatArray | None:
+        """A with ``original_units(θ)`` = A θ (rows in its key order); None for random features.
+
+        Each coefficient in original units is a linear functional of θ, so its noise interval is
+        θ's law projected on that row of A (post-processing)."""
+        if self.omega is not None:
+            return None
+        root_d = math.sqrt(self.dim)
+        first = int(self.intercept)
+        width = (self.upper - self.lower if self.scaling == "minmax"
+                 else np.maximum(np.abs(self.lower), np.abs(self.upper)))
+        a = np.zeros((1 + len(self.names), self.dim))
+        for j in range(len(self.names)):
+            a[1 + j, first + j] = 1.0 / (root_d * width[j])
+        if self.intercept:
+            a[0, 0] = 1.0 / root_d
+        if self.scaling == "minmax":
+            a[0] -= self.lower @ a[1:]
+        return a
+
     def to_dict(self) -> dict[str, Any]:
         """The rule file's ``feature_map``."""
         doc: dict[str, Any] = {
@@ -217,7 +238,9 @@ def load_linear_rule(doc: Any, path: Path, command: str) -> tuple[FeatureMap, Fl
 
 def apply_linear_rule(doc: Any, frame: pd.DataFrame, path: Path | None,
                       command: str, rule_path: Path | None = None) -> pd.DataFrame:
-    """``frame`` plus a ``recommended`` column: the treated label where v(x)·θ > 0, else control.
+    """``frame`` plus a ``recommended`` column: the treated label where v(x)·θ > 0, else control;
+    for a rule with ``intervals`` also ``margin``, its noise interval and ``noise_could_flip``
+    (:func:`dpcausal.commands.common.rule_intervals.add_margin_columns`).
 
     Post-processing of a released θ: covariates are clipped and mapped exactly as in training.
     An invalid rule is blamed on ``rule_path`` (the ``--apply`` file), a missing or bad column on
@@ -227,8 +250,12 @@ def apply_linear_rule(doc: Any, frame: pd.DataFrame, path: Path | None,
     missing = [c for c in fmap.names if c not in frame.columns]
     if missing:
         raise DataError(f"{path}: covariate column(s) {', '.join(missing)} of the rule not found")
-    rec = fmap.transform(numeric_matrix(frame, list(fmap.names), path)) @ theta > 0.0
+    v = fmap.transform(numeric_matrix(frame, list(fmap.names), path))
+    rec = v @ theta > 0.0
     out = frame.copy()
     labels = np.array([arms["control"], arms["treated"]], dtype=object)
     out["recommended"] = pd.Series(labels[rec.astype(int)], index=out.index).infer_objects()
+    noise = RuleNoise.from_document(doc)
+    if noise is not None:  # a rule with intervals: each row's margin and its noise interval
+        out = add_margin_columns(out, v, theta, noise)
     return out

@@ -9,6 +9,7 @@ import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.owl.privacy import mechanism
+from dpcausal.commands.owl.rule import rule_noise
 from dpcausal.commands.owl.setup import build_setup
 from dpcausal.commands.owl.spec import OwlSpec, PropensityColumn
 from dpcausal.commands.owl.tune import tune_gamma
@@ -42,6 +43,7 @@ def plan(spec: OwlSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
     )
     return PrivacyPlan(
         command="owl",
+        accuracy=rule_noise(event, spec.accuracy.alpha).accuracy(setup.fmap, n_search=False),
         events=(event,),
         neighbouring={"relation": "replace-one", "unit": "row (one individual)", "n_public": True},
         guarantee="pure",

@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.common.arms import label_matches
 from dpcausal.commands.common.linear_rule import (
@@ -18,8 +19,10 @@ from dpcausal.commands.common.linear_rule import (
     apply_linear_rule,
     load_linear_rule,
 )
+from dpcausal.commands.common.rule_intervals import RuleNoise, plot_rule, rule_summary
 from dpcausal.commands.owl.setup import OwlSetup
 from dpcausal.commands.owl.spec import OwlSpec
+from dpcausal.mechanisms.noise_law import event_halfwidth, law_label
 from dpcausal.method import Release
 
 FloatArray = npt.NDArray[np.float64]
@@ -53,7 +56,13 @@ def rule_document(spec: OwlSpec, setup: OwlSetup, theta: FloatArray,
             "weight_bound_W": setup.weight_bound,
             "neighbouring": "replace-one row",
         },
+        "intervals": rule_noise(ev, spec.accuracy.alpha).document(setup.fmap, theta),
     }
+
+
+def rule_noise(event: PrivacyEvent, alpha: float) -> RuleNoise:
+    """The noise on aᵀθ: θ + b with b ℓ2-Laplace, so aᵀb has the law of ‖a‖·R·u₁ (exact)."""
+    return RuleNoise(alpha, law_label(event), event_halfwidth(event, alpha))
 
 
 def load_rule(doc: Any, path: Path) -> tuple[FeatureMap, FloatArray, dict[str, Any]]:
@@ -69,11 +78,12 @@ def apply_rule(doc: dict[str, Any], frame: pd.DataFrame, path: Path | None,
 
 def build_release(spec: OwlSpec, setup: OwlSetup, theta: FloatArray, plan: PrivacyPlan,
                   side: dict[str, pd.DataFrame], facts: dict[str, Any] | None = None) -> Release:
-    """rule.json from the released θ, recommendations for ``apply_to`` and the summary (``facts``:
-    public facts of the run, e.g. the engine)."""
+    """rule.json from the released θ (with its noise intervals), recommendations for ``apply_to``,
+    the summary (``facts``: public facts of the run, e.g. the engine) and rule.png."""
     rule = rule_document(spec, setup, theta, plan)
     release = Release(documents={"rule.json": rule})
     summary: dict[str, Any] = {"released_theta_norm": float(np.linalg.norm(theta)), **(facts or {})}
+    recs = None
     if "apply_to" in side:
         recs = apply_rule(rule, side["apply_to"], spec.owl.apply_to)
         release.tables["recommendations"] = recs
@@ -81,6 +91,9 @@ def build_release(spec: OwlSpec, setup: OwlSetup, theta: FloatArray, plan: Priva
         summary["apply_to_share_treated"] = float(
             label_matches(recs["recommended"], spec.owl.treated).mean()
         )
+    summary.update(rule_summary(rule, recs))
+    if spec.owl.plot:
+        release.figures["rule.png"] = plot_rule(rule, recs, command="owl")
     release.summary.update(summary)
     return release
 

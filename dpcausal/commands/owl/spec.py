@@ -98,6 +98,10 @@ class OwlSection(BinaryArms):
     apply_to: Path | None = None
     """A file of NEW covariate rows (never the training data) to write recommendations.csv for,
     from the released rule (post-processing: no extra ε)."""
+    plot: bool = True
+    """Write rule.png (default true): the released coefficients with their noise intervals and,
+    with apply_to, the scored rows' margins with their noise band (drawn from released numbers
+    only, no extra ε)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> OwlSection:

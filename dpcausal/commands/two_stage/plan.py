@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.two_stage.calibration import calibrate, noise_to_signal
 from dpcausal.commands.two_stage.privacy import mechanism, stability_bounds
+from dpcausal.commands.two_stage.rule import rule_noise
 from dpcausal.commands.two_stage.setup import (
     M_X,
     MMD_MAX_ROWS,
@@ -105,7 +107,7 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
                                     "releasing a row outright); prefer δ ≪ 1/n")
     if sec.calibration == "paper":
         details["uncertified"] = "calibration: paper leaks (privacy loss up to ≈1.13ε): no DP guarantee"
-    return PrivacyPlan(
+    plan = PrivacyPlan(
         command="two-stage",
         events=(event,),
         neighbouring={"relation": "replace-one", "unit": "row (one individual)", "n_public": True},
@@ -124,6 +126,7 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
         },
         details=details,
     )
+    return replace(plan, accuracy=rule_noise(spec, plan).accuracy(setup.fmap, n_search=True))
 
 
 def _weight_params(spec: TwoStageSpec, setup: TwoStageSetup) -> dict[str, Any]:

@@ -16,8 +16,11 @@ from dpcausal.commands.common.linear_rule import (
     apply_linear_rule,
     load_linear_rule,
 )
+from dpcausal.commands.common.rule_intervals import RuleNoise, plot_rule, rule_summary
 from dpcausal.commands.two_stage.setup import M_X, TwoStageSetup
 from dpcausal.commands.two_stage.spec import TwoStageSpec
+from dpcausal.mechanisms.noise_law import event_norm_quantile, objective_perturbation_bound
+from dpcausal.method import Release
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -49,7 +52,49 @@ def rule_document(spec: TwoStageSpec, setup: TwoStageSetup, theta: FloatArray,
             "gamma": plan.details["gamma"], "noise_scale": ev.noise_scale,
             "neighbouring": "replace-one row, n public",
         },
+        "intervals": rule_noise(spec, plan).document(setup.fmap, theta),
     }
+
+
+def rule_noise(spec: TwoStageSpec, plan: PrivacyPlan) -> RuleNoise:
+    """A (1 − α) bound on the noise in aᵀθ (``bound: true``).
+
+    θ minimises ½θᵀPθ + cᵀθ + bᵀθ/n over ‖θ‖₁ ≤ λ₁ with P ⪰ γI, so it lies within ‖b‖/(nγ) of
+    θ₀, the minimiser without b (strong convexity), and within 2λ₁ of it in ℓ1 (both lie in the
+    ball); ‖b‖ ≤ its (1 − α) quantile with probability 1 − α. The data's own curvature (the
+    weighted second moment of x, private) usually makes the noise much smaller than this.
+    """
+    ev = plan.events[0]
+    alpha = spec.accuracy.alpha
+    n, gamma = int(plan.details["n_rows"]), float(plan.details["gamma"])
+    radius = float(spec.two_stage.l1_radius or 0.0)
+    law = (f"objective perturbation, strong-convexity bound q(‖b‖)/(nγ), n = {n}, γ = {gamma:.4g}, "
+           f"‖b‖ {'~ Gamma' if ev.kind == 'l2_laplace' else '= σ·χ'}(d = {ev.params['dim']}, "
+           f"scale {ev.noise_scale:.4g}); ≤ 2λ₁ = {2 * radius:g} in ℓ1")
+    per_l2 = objective_perturbation_bound(event_norm_quantile(ev, 1.0 - alpha), n=n,
+                                          strong_convexity=gamma)
+    note = ("with the default γ = γ_required, which grows as ε falls, this bound does not shrink "
+            "with ε; a fixed, larger two_stage.gamma makes it fall like 1/(εγ), and shrinks the rule"
+            if spec.two_stage.gamma is None else "")
+    return RuleNoise(alpha, law, per_l2, 2.0 * radius, bound=True, note=note)
+
+
+def rule_release(spec: TwoStageSpec, setup: TwoStageSetup, theta: FloatArray, plan: PrivacyPlan,
+                 side: dict[str, pd.DataFrame]) -> Release:
+    """The release of a solved θ (post-processing): the rule with its intervals,
+    recommendations for ``apply_to``, the summary and the plot."""
+    rule = rule_document(spec, setup, theta, plan)
+    release = Release(documents={"rule.json": rule})
+    release.summary["released_theta_norm"] = float(np.linalg.norm(theta))
+    recs = None
+    if "apply_to" in side:
+        recs = apply_rule(rule, side["apply_to"], spec.two_stage.apply_to)
+        release.tables["recommendations"] = recs
+        release.summary["apply_to_rows"] = len(recs)
+    release.summary.update(rule_summary(rule, recs))
+    if spec.two_stage.plot:
+        release.figures["rule.png"] = plot_rule(rule, recs, command="two-stage")
+    return release
 
 
 def load_rule(doc: Any, path: Path) -> tuple[FeatureMap, FloatArray, dict[str, Any]]:

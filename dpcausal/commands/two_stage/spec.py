@@ -147,6 +147,10 @@ class TwoStageSection(BinaryArms):
     """Settings of weights: mmd (required with it, for its public bandwidth)."""
     apply_to: Path | None = None
     """A file of new covariate rows (not the training data) to write recommendations for."""
+    plot: bool = True
+    """Write rule.png (default true): the released coefficients with their noise-bound intervals
+    and, with apply_to, the scored rows' margins with their band (drawn from released numbers
+    only, no extra ε)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> TwoStageSection:

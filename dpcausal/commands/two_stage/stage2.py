@@ -10,7 +10,7 @@ import pandas as pd
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.two_stage.calibration import calibrate
 from dpcausal.commands.two_stage.privacy import mechanism, stability_bounds
-from dpcausal.commands.two_stage.rule import apply_rule, rule_document
+from dpcausal.commands.two_stage.rule import rule_release
 from dpcausal.commands.two_stage.setup import M_X, Prepared, TwoStageSetup
 from dpcausal.commands.two_stage.solver import qp_terms, solve_l1_ball_qp, sufficient_stats
 from dpcausal.commands.two_stage.spec import TwoStageSpec
@@ -45,11 +45,4 @@ def release_rule(spec: TwoStageSpec, setup: TwoStageSetup, plan: PrivacyPlan, h:
     p, c = qp_terms(h, g, n, float(plan.details["gamma"]), b)
     theta = solve_l1_ball_qp(p, c, setup.l1_radius).theta
     del b, p, c
-    rule = rule_document(spec, setup, theta, plan)
-    release = Release(documents={"rule.json": rule})
-    release.summary["released_theta_norm"] = float(np.linalg.norm(theta))
-    if "apply_to" in side:
-        recs = apply_rule(rule, side["apply_to"], spec.two_stage.apply_to)
-        release.tables["recommendations"] = recs
-        release.summary["apply_to_rows"] = len(recs)
-    return release
+    return rule_release(spec, setup, theta, plan, side)
