@@ -173,9 +173,8 @@ def plot_rule(rule: dict[str, Any], recs: pd.DataFrame | None, *, command: str) 
     fig = Figure(figsize=(5.0 * panels + 1.0, 0.35 * len(names) + 2.4), dpi=100)
     axes = fig.subplots(1, panels, squeeze=False)[0]
     draw_error_bars(axes[0], names, est, half, level=level, label="coefficient")
-    axes[0].set_xlabel("score per unit (original units)" if iv["coefficients_original_units"]
-                       else "θ (mapped features)")
-    axes[0].legend(loc="best", fontsize=7)
+    axes[0].set_xlabel(("coefficient, score per unit of x" if iv["coefficients_original_units"]
+                        else "θ (mapped features)") + f" ± {level * 100:g}% noise interval")
     what = "a bound" if iv["bound"] else "exact"
     title = (f"{command} rule, ε = {rule['privacy']['epsilon']:g}: "
              f"{level * 100:g}% noise intervals ({what})")

@@ -90,5 +90,11 @@ def output_vector(release: Release) -> FloatArray:
     return np.asarray(release.documents["rule.json"]["theta"], dtype=np.float64)
 
 
-ADAPTER = AuditAdapter(METHOD, "owl", synthesize, neighbours, pre_noise, output_vector)
+def without_plot(spec: OwlSpec) -> OwlSpec:
+    """The audited spec: no figure (post-processing only, the released numbers are unchanged)."""
+    return spec.model_copy(update={"owl": spec.owl.model_copy(update={"plot": False})})
+
+
+ADAPTER = AuditAdapter(METHOD, "owl", synthesize, neighbours, pre_noise, output_vector,
+                       audit_spec=without_plot)
 """owl's audit adapter (listed in :data:`dpcausal.commands.COMMANDS`)."""

@@ -170,6 +170,12 @@ def output_vector(release: Release) -> FloatArray:
     return np.asarray(release.documents["rule.json"]["theta"], dtype=np.float64)
 
 
-ADAPTER = AuditAdapter(METHOD, "two_stage", synthesize, neighbours, pre_noise, output_vector)
+def without_plot(spec: TwoStageSpec) -> TwoStageSpec:
+    """The audited spec: no figure (post-processing only, the released numbers are unchanged)."""
+    return spec.model_copy(update={"two_stage": spec.two_stage.model_copy(update={"plot": False})})
+
+
+ADAPTER = AuditAdapter(METHOD, "two_stage", synthesize, neighbours, pre_noise, output_vector,
+                       audit_spec=without_plot)
 """two-stage's audit adapter (listed in :data:`dpcausal.commands.COMMANDS`)."""
 """(synthesize, neighbours, pre_noise, output_vector), in AuditAdapter's order."""
