@@ -106,16 +106,20 @@ def _capture_two_stage(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return seen
 
 
-@pytest.mark.parametrize("l1_radius", [
-    1000.0,  # the ℓ1 ball never binds: a closed-form solve per draw
-    pytest.param(30.0, marks=pytest.mark.slow),  # the example: the ball binds, an active-set solve
+@pytest.mark.parametrize(("l1_radius", "noise"), [
+    (1000.0, "gamma"),  # the ℓ1 ball never binds: a closed-form solve per draw
+    pytest.param(1000.0, "gaussian", marks=pytest.mark.slow),
+    pytest.param(30.0, "gamma", marks=pytest.mark.slow),  # the example: the ball binds
 ])
 def test_two_stage_bound_covers(workdir: Path, monkeypatch: pytest.MonkeyPatch,
-                                l1_radius: float) -> None:
+                                l1_radius: float, noise: str) -> None:
     seen = _capture_two_stage(monkeypatch)
 
     def mutate(doc: dict[str, Any]) -> None:
-        doc["two_stage"].update(l1_radius=l1_radius, plot=False, apply_to=None)
+        doc["two_stage"].update(l1_radius=l1_radius, plot=False, apply_to=None, noise=noise)
+        if noise == "gaussian":
+            doc["privacy"]["delta"] = 1e-6
+            doc["ledger"]["budget"]["delta"] = 1e-5
 
     res = invoke(["two-stage", "--spec", spec(workdir, "two_stage", mutate),
                   "--test-noise-seed", "3"])
@@ -123,6 +127,7 @@ def test_two_stage_bound_covers(workdir: Path, monkeypatch: pytest.MonkeyPatch,
     rule = read_json(workdir / "out" / "two_stage" / "rule.json")
     iv = rule["intervals"]
     assert (iv["kind"], iv["bound"]) == ("noise", True)
+    assert ("σ·χ" in iv["law"]) is (noise == "gaussian")
     h_theta = halfwidths(iv["theta"])
     sp, plan, h, g, n = seen["spec"], seen["plan"], seen["h"], seen["g"], seen["n"]
     gamma = float(plan.details["gamma"])
