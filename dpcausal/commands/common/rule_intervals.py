@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -26,10 +26,23 @@ import pandas as pd
 from dpcausal.accounting.plan import IntervalKind, PredictedAccuracy
 from dpcausal.intervals import draw_error_bars, interval_bounds, interval_record
 
-if TYPE_CHECKING:
-    from dpcausal.commands.common.linear_rule import FeatureMap
-
 FloatArray = npt.NDArray[np.float64]
+
+
+class FeatureMap(Protocol):
+    """What the intervals need of a rule's public feature map
+    (:class:`dpcausal.commands.common.linear_rule.FeatureMap`)."""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The covariates, in order."""
+
+    @property
+    def dim(self) -> int:
+        """d = dim θ."""
+
+    def original_units_matrix(self) -> FloatArray | None:
+        """A with coefficients in original units = A θ (None: none)."""
 SCORE_UNITS = "score v(x)·θ (the rule treats when > 0)"
 
 
