@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from dpcausal import preprocess
 from dpcausal.accounting.accountant import RunCost
 from dpcausal.accounting.budget import Budget
 from dpcausal.accounting.ledger import Ledger, LedgerState, now_iso
@@ -35,6 +36,7 @@ from dpcausal.io.writers import csv_bytes, json_bytes, parquet_bytes
 from dpcausal.mechanisms import NoiseGuard
 from dpcausal.method import MethodDef, Release
 from dpcausal.planner import Replan, TargetReport, check_accuracy, plan_target
+from dpcausal.preprocess import Preprocessor
 from dpcausal.rng import make_rng
 from dpcausal.spec.base import CommonSpec
 
@@ -139,14 +141,36 @@ def charge_and_publish(out: ReleaseDir, files: dict[str, bytes], receipt: dict[s
     return final, paths
 
 
-def load_side_inputs(method: MethodDef, spec: CommonSpec) -> dict[str, Any]:
-    """Read the public side files a method declares (tables, or YAML/JSON documents)."""
-    return {
-        name: read_document(s.path, s.what) if s.kind == "document" else
-        tables.read_table(s.path, s.columns or list(tables.inspect_table(s.path, s.what).columns),
-                          s.what)
-        for name, s in method.side_inputs(spec).items()
-    }
+def load_side_inputs(method: MethodDef, spec: CommonSpec,
+                     prep: Preprocessor | None = None) -> dict[str, Any]:
+    """Read the public side files a method declares (tables, or YAML/JSON documents).
+
+    ``spec`` is the model spec; with an active ``prep`` a side table (rows to score, query
+    points, a public tuning file) is read by its raw columns, its covariates checked (every
+    problem at once) and transformed exactly as the data's."""
+    out: dict[str, Any] = {}
+    for name, s in method.side_inputs(spec).items():
+        if s.kind == "document":
+            out[name] = read_document(s.path, s.what)
+            continue
+        columns = s.columns or list(tables.inspect_table(s.path, s.what).columns)
+        if prep is None or not prep.active:
+            out[name] = tables.read_table(s.path, columns, s.what)
+            continue
+        frame = tables.read_table(s.path, prep.raw_columns(columns) if s.columns else columns,
+                                  s.what)
+        out[name] = prep.side_table(frame, s.path, s.what)
+    return out
+
+
+def _with_preprocessing(release: Release, prep: Preprocessor) -> Release:
+    """Every JSON document of the release names the preprocessing its model columns come from,
+    so a released rule can be applied to raw rows (``--apply``)."""
+    if not prep.active:
+        return release
+    docs = {name: ({**doc, "preprocessing": prep.describe()} if isinstance(doc, dict) else doc)
+            for name, doc in release.documents.items()}
+    return replace(release, documents=docs)
 
 
 @dataclass
@@ -172,6 +196,10 @@ class Prepared:
     """The command's engine path when the spec names an engine; None: in memory."""
     replan: Replan
     """The plan at another ε or n, from public inputs only (the guard and the ε planner)."""
+    prep: Preprocessor
+    """The declared row-local preprocessing (``spec`` is already the model spec it makes)."""
+    columns: list[str]
+    """The data file's raw columns to read."""
 
 
 @dataclass
@@ -194,7 +222,10 @@ def prepare(method: MethodDef, spec: CommonSpec, spec_sha256: str, *,
     """
     started = now_iso()
     info = tables.inspect_table(spec.data.path)
-    tables.check_columns(info, method.data_columns(spec))
+    prep = preprocess.for_spec(spec)  # from the spec alone: model columns and their bounds
+    spec = prep.model_spec(spec)  # what the method sees: numeric, bounded covariates
+    columns = prep.raw_columns(method.data_columns(spec))
+    tables.check_columns(info, columns)
     engine_run = None
     if spec.engine is not None:  # DESIGN §5: the data passes run on an engine
         from dpcausal.commands import by_name
@@ -202,9 +233,11 @@ def prepare(method: MethodDef, spec: CommonSpec, spec_sha256: str, *,
 
         engine_run = by_name(method.command).engine_run()
         check_source(spec.engine, info)
-    side = load_side_inputs(method, spec)
+    side = load_side_inputs(method, spec, prep)
     rng = make_rng(seed)
     plan = method.plan(spec, info.n_rows, side, rng=rng)
+    if prep.active:  # the dry run and the receipt list every rule and model column
+        plan = replace(plan, assumptions={**plan.assumptions, "preprocessing": prep.describe()})
     ledger = Ledger(spec.ledger.location) if spec.ledger else None
     state = cap = None
     refusal: PrivacyError | None = None
@@ -228,7 +261,7 @@ def prepare(method: MethodDef, spec: CommonSpec, spec_sha256: str, *,
         except AccuracyRefusedError as exc:
             refusal = exc
     return Prepared(method, spec, spec_sha256, started, info, side, rng, plan, ledger, cap, state,
-                    refusal, engine_run, replan)
+                    refusal, engine_run, replan, prep, columns)
 
 
 def estimate(run: Prepared, out: ReleaseDir, *, test_noise_seed: int | None = None) -> Estimated:
@@ -238,9 +271,11 @@ def estimate(run: Prepared, out: ReleaseDir, *, test_noise_seed: int | None = No
     out.preflight()
     engine_record = None
     if run.engine_run is None:
-        frame = tables.read_table(spec.data.path, method.data_columns(spec))
+        frame = tables.read_table(spec.data.path, run.columns)
         if len(frame) != info.n_rows:  # n is public and sets every sensitivity
             raise tables.changed_error(info.path)
+        run.prep.check(frame, info.path)  # every bad cell of every column, in one error
+        frame = run.prep.transform(frame)
     if test_noise_seed is not None:
         plan = replace(plan, dp_guarantee=False)  # seeded noise can be subtracted: no guarantee
     noise = NoiseGuard(plan, test_seed=test_noise_seed)  # the run's only way to draw noise
@@ -251,12 +286,13 @@ def estimate(run: Prepared, out: ReleaseDir, *, test_noise_seed: int | None = No
         from dpcausal.engine import open_engine
 
         assert spec.engine is not None
-        with open_engine(spec.engine, info, method.data_columns(spec)) as engine:
+        with open_engine(spec.engine, info, run.columns, run.prep) as engine:
             release = run.engine_run(spec, engine, plan, run.side, rng=run.rng, noise=noise)
             # public facts only: the number of passes follows the solvers' data-dependent
             # iteration counts, so it is never published (as in memory)
             engine_record = {"kind": spec.engine.kind, "description": engine.description}
     noise.check_all_drawn()  # every planned stage drawn once, before anything is written or charged
+    release = _with_preprocessing(release, run.prep)
     files = render_release(release, parquet=info.format == "parquet")
     return Estimated(plan, release, files, noise.source, engine_record)
 

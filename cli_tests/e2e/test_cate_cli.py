@@ -170,7 +170,7 @@ def test_bad_input_matrix(workdir: Path, mutate: Any, code: int, message: str) -
     [
         ("x0,x1,A,Y\n", "no rows"),
         ("x0,x1,A,Y\n" + "0.1,0.2,1,\n" * 100, "missing, NaN or infinite"),
-        ("x0,x1,A,Y\n" + "0.1,0.2,3,1.0\n" * 100, "must hold only 0 and 1"),
+        ("x0,x1,A,Y\n" + "0.1,0.2,3,1.0\n" * 100, "neither the treated value 1 nor the control value 0"),
         ("x0,x1,A,Y\n" + "0.1,zz,1,1.0\n" * 100, "column 'x1' has 100 non-numeric"),
         ("x0,x1,A,Y\n" + "0.1,0.2,1,1.0\n" * 30, "needs >= 20 rows"),
     ],

@@ -167,7 +167,8 @@ def test_bad_treatment_value_is_a_data_error_naming_its_batch(tmp_path: Path) ->
     res = invoke(["cate", "--spec", _spec(tmp_path, parts), "--engine", "local"])
     assert res.exit_code == 2, res.stdout + res.stderr
     assert "'A'" in res.stderr and "data row 2346" in res.stderr  # the global row number
-    assert "batch of rows that holds it" in res.stderr
+    # counted over the whole file (every batch adds its count), not per batch
+    assert "column 'A' has 1 value(s) that are neither the treated value 1" in res.stderr
     assert not (tmp_path / "out" / "receipt.json").exists()
 
 

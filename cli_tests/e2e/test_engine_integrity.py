@@ -276,9 +276,9 @@ def _grow_after_inspection(monkeypatch: pytest.MonkeyPatch, grow: Any) -> None:
     real = engine_mod.open_engine
 
     @contextlib.contextmanager
-    def racing(spec: Any, info: Any, columns: Any) -> Any:
+    def racing(spec: Any, info: Any, columns: Any, *rest: Any) -> Any:
         grow(info)
-        with real(spec, info, columns) as engine:
+        with real(spec, info, columns, *rest) as engine:
             yield engine
 
     monkeypatch.setattr(engine_mod, "open_engine", racing)
@@ -324,8 +324,8 @@ def test_dask_partition_of_a_changed_file_is_refused(
     real_identity = base.file_identity
 
     @contextlib.contextmanager
-    def opened(spec: Any, info: Any, columns: Any) -> Any:
-        with real_open(spec, info, columns) as engine:
+    def opened(spec: Any, info: Any, columns: Any, *rest: Any) -> Any:
+        with real_open(spec, info, columns, *rest) as engine:
             monkeypatch.setattr(base, "file_identity",
                                 lambda p: (real_identity(p)[0] + 1, real_identity(p)[1]))
             yield engine

@@ -168,7 +168,8 @@ def test_bad_value_on_a_worker_is_a_data_error(tmp_path: Path, cluster: Any) -> 
         res = invoke(["owl", "--spec", _spec(tmp_path, parts), *extra])
         assert res.exit_code == 2, res.stdout + res.stderr
         assert "'x3'" in res.stderr
-        assert "batch of rows that holds it" in res.stderr
+        # counted over the whole file (every batch or partition), at its global row
+        assert "has 1 missing, NaN or infinite value(s) (first at data row 2501)" in res.stderr
         assert not (tmp_path / "out" / "receipt.json").exists()
 
 

@@ -247,7 +247,8 @@ def test_missing_bounds_and_bad_treatment() -> None:
     frame.loc[7, "A"] = 2
     spec = make_spec()
     pl = plan(spec, 200, {}, rng=np.random.default_rng(0))
-    with pytest.raises(DataError, match="column 'A' must hold only 0 and 1"):
+    with pytest.raises(DataError, match=r"column 'A' has 1 value.s. that are neither the treated "
+                                        r"value 1 nor the control value 0"):
         run(spec, frame, pl, {}, rng=np.random.default_rng(0),
                  noise=NoiseGuard(pl, test_seed=0))
 

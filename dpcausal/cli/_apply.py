@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpcausal.cli._run import status, stdout_console
-from dpcausal.errors import DataError, SpecError
+from dpcausal.errors import DataError, DPCausalError, SpecError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,9 +56,12 @@ def apply_saved_rule(
                 if isinstance(made_by, str) and made_by else "it names no command")
         raise DataError(f"{rule_path}: not a dpcausal {command} rule file ({hint})",
                         file=rule_path)
+    prep = _rule_preprocessing(doc, rule_path)  # checked before any row is read
     info = inspect_table(data, "data file to score")
     with status(f"dpcausal {command}: applying rule", quiet or as_json):
         frame = read_table(data, list(info.columns), "data file to score")
+        if prep is not None:  # the raw columns become the rule's model columns, as in training
+            frame = prep.side_table(frame, data, "data file to score")
         recs = apply_rule(doc, frame, data, rule_path)
     written = [Path(out) / "recommendations.csv"]
     atomic_write(written[0], csv_bytes(recs))
@@ -73,3 +76,16 @@ def apply_saved_rule(
         stdout_console().print(
             f"applied {rule_path} to {len(recs)} rows (post-processing, no privacy cost); "
             f"wrote {', '.join(map(str, written))}", markup=False)
+
+
+def _rule_preprocessing(doc: dict[str, Any], rule_path: Path) -> Any:
+    """The rule's declared preprocessing (None when it has none), or a DataError."""
+    if "preprocessing" not in doc:
+        return None
+    from dpcausal.preprocess import Preprocessor
+
+    try:
+        return Preprocessor.from_description(doc["preprocessing"])
+    except (DPCausalError, KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"{rule_path}: its 'preprocessing' is not valid ({type(exc).__name__}); "
+                        "use the rule file as released", file=rule_path) from exc

@@ -136,6 +136,9 @@ def print_plan(result: RunResult, console: Console) -> None:
     for key, val in plan.details.items():
         if not isinstance(val, dict | list):
             console.print(f"  {key}: {_fmt(val)}", markup=False)
+    prep = plan.assumptions.get("preprocessing")
+    if isinstance(prep, dict):
+        print_preprocessing(prep, console)
     state = result.ledger_state
     if state is not None:
         console.print(
@@ -189,6 +192,16 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         elif not isinstance(val, dict | list):
             lines.append(f"  {key}: {_fmt(val)}")
     return lines
+
+
+def print_preprocessing(doc: dict[str, Any], console: Console) -> None:
+    """The declared preprocessing: each model column, its public bound and its rule."""
+    cols = doc["model_columns"]
+    console.print(f"preprocessing (declared, row by row): {len(doc['covariates'])} covariate(s) "
+                  f"→ {len(cols)} model column(s)", markup=False)
+    for m in cols:
+        bound = f"[{_fmt(m['bounds'][0])}, {_fmt(m['bounds'][1])}]" if m["bounds"] else "no bound"
+        console.print(f"  {m['name']} in {bound}: {m['rule']}", markup=False)
 
 
 def emit(result: RunResult, *, as_json: bool, quiet: bool) -> None:

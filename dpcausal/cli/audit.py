@@ -148,6 +148,7 @@ def privacy_cmd(
         import numpy as np
         import yaml
 
+        from dpcausal import preprocess
         from dpcausal.audit.privacy import run_audit
         from dpcausal.commands import COMMANDS
         from dpcausal.io.tables import read_table
@@ -164,12 +165,18 @@ def privacy_cmd(
         adapter = by_section[sections[0]].audit_adapter()
         model, _ = load_spec(spec, adapter.method.spec_model)
         model = model.with_overrides(data=data)
+        # the audit runs on the model columns: a row-local preprocessing maps neighbours to
+        # neighbours, and the synthetic rows fill the model columns' (derived) bounds
+        prep = preprocess.for_spec(model)
+        model = prep.model_spec(model)
         if adapter.audit_spec is not None:
             model = adapter.audit_spec(model)
         rng = np.random.default_rng(seed)
-        side = load_side_inputs(adapter.method, model)
+        side = load_side_inputs(adapter.method, model, prep)
         if data is not None:
-            frame = read_table(data, adapter.method.data_columns(model))
+            frame = read_table(data, prep.raw_columns(adapter.method.data_columns(model)))
+            prep.check(frame, data)
+            frame = prep.transform(frame)
         else:
             frame = adapter.synthesize(model, rows, rng)
         with _progress_bar(quiet or as_json) as progress:

@@ -24,17 +24,22 @@ def check_source(spec: EngineSpec, info: TableInfo) -> None:
 
 
 @contextmanager
-def open_engine(spec: EngineSpec, info: TableInfo, columns: Sequence[str]) -> Iterator[Engine]:
-    """Start the engine ``spec`` names over ``info``'s table; close it afterwards."""
+def open_engine(spec: EngineSpec, info: TableInfo, columns: Sequence[str],
+                prep: Any = None) -> Iterator[Engine]:
+    """Start the engine ``spec`` names over ``info``'s table; close it afterwards.
+
+    ``prep`` (a :class:`dpcausal.preprocess.Preprocessor`) checks every batch's cells, adding
+    the problems up over all batches into one error, and transforms each batch before the
+    method's ``prepare`` sees it."""
     engine: Any
     if spec.kind == "dask":
         from dpcausal.engine.dask import DaskEngine
 
-        engine = DaskEngine(info, columns, spec.batch_rows, spec.address)
+        engine = DaskEngine(info, columns, spec.batch_rows, spec.address, prep=prep)
     else:
         from dpcausal.engine.local import LocalEngine
 
-        engine = LocalEngine(info, columns, spec.batch_rows, cache_mb=spec.cache_mb)
+        engine = LocalEngine(info, columns, spec.batch_rows, cache_mb=spec.cache_mb, prep=prep)
     try:
         yield engine
     finally:

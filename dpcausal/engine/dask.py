@@ -2,7 +2,9 @@
 groups of one file, read with column projection on the workers); each partition is mapped once
 (clipping, features) and kept on its worker, and every pass maps a per-partition statistic and
 adds the results pairwise on the workers in a fixed tree over the partition order; the client
-receives the one total. No noise is ever drawn on a worker.
+receives the one total. No noise is ever drawn on a worker. With a preprocessor each partition is
+checked and transformed before it is mapped, and ``load`` refuses with the problems of every
+partition added up on the client.
 
 Only Parquet input: a CSV file is one piece, so it would be one partition on one worker (use the
 local engine, or convert it to Parquet). A failure of the cluster itself (lost workers, closed
@@ -16,6 +18,7 @@ import concurrent.futures
 import contextlib
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -29,6 +32,7 @@ from dpcausal.engine.base import (
 )
 from dpcausal.errors import DPCausalError, EngineError, SpecError
 from dpcausal.io.tables import TableInfo
+from dpcausal.preprocess.cells import Problems
 
 CONNECT_TIMEOUT = "20s"
 """How long to wait for the scheduler at ``engine.address``."""
@@ -74,11 +78,32 @@ def require_parquet(info: TableInfo) -> None:
             "local for a CSV file (nothing was read, spent or written)")
 
 
+@dataclass(frozen=True)
+class _Invalid:
+    """A partition with bad cells: its problems instead of its prepared rows."""
+
+    found: Problems
+
+
+def _load_part(frame: Any, start: int, prepare: PrepareFn, prep: Any) -> Any:
+    """Check, transform and prepare one partition (on a worker)."""
+    if prep is None:
+        return prepare(frame, start)
+    found = prep.problems(frame, start)
+    if found:
+        return _Invalid(found)
+    return prepare(prep.transform(frame), start)
+
+
+def _part_problems(part: Any) -> Problems | None:
+    return part.found if isinstance(part, _Invalid) else None
+
+
 class DaskEngine:
     """Run passes on a Dask cluster at ``address`` (an in-process LocalCluster when None)."""
 
     def __init__(self, info: TableInfo, columns: Sequence[str], batch_rows: int,
-                 address: str | None) -> None:
+                 address: str | None, prep: Any = None) -> None:
         try:
             import dask.dataframe as dd
             from distributed import Client, LocalCluster
@@ -87,6 +112,8 @@ class DaskEngine:
                               "pip install 'dpcausal[dask]'") from exc
         require_parquet(info)
         self.n_rows = info.n_rows
+        self.path = info.path
+        self.prep = prep
         self.passes = 0
         self.columns = list(dict.fromkeys(columns))
         self._cluster: Any = None
@@ -134,9 +161,18 @@ class DaskEngine:
         import dask
 
         parts = self.frame.to_delayed()
-        mapped = [dask.delayed(prepare)(part, piece.start)
+        mapped = [dask.delayed(_load_part)(part, piece.start, prepare, self.prep)
                   for part, piece in zip(parts, self.pieces, strict=True)]
         self._parts = self._call(lambda: self.client.compute(mapped))
+        if self.prep is not None:  # every partition's problems, added up on the client
+            flags = self._call(lambda: self.client.gather(
+                self.client.map(_part_problems, self._parts, pure=False)))
+            found = Problems()
+            for f in flags:
+                if f is not None:
+                    found.merge(f)
+            if found:
+                raise self.prep.error(found, self.path)
 
     def _futures(self, stat: StatFn) -> list[Any]:
         assert self._parts, "load() first"

@@ -6,29 +6,12 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, cast
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from dpcausal.accounting.ledger_url import is_database_url, url_problem
 from dpcausal.errors import SpecError
-
-
-def _one_line_descriptions(schema: dict[str, Any]) -> None:
-    """JSON Schema hook: a description is one line of prose (docstrings wrap at 100 columns)."""
-    for node in (schema, *schema.get("properties", {}).values()):
-        if isinstance(node.get("description"), str):
-            node["description"] = " ".join(node["description"].split())
-
-
-class StrictModel(BaseModel):
-    """A frozen model that rejects unknown keys.
-
-    The docstring under each field is its ``description`` (``use_attribute_docstrings``): what
-    ``dpcausal schema``, the docs and error messages show. Every field must have one (a test
-    checks): its unit, its default and what it does to privacy and utility.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
-                              json_schema_extra=_one_line_descriptions)
+from dpcausal.spec.model import ArmLabel, StrictModel
+from dpcausal.spec.preprocess import PreprocessSpec
 
 
 def _check_interval(v: tuple[float, float]) -> tuple[float, float]:
@@ -60,7 +43,8 @@ class ColumnsSpec(StrictModel):
     covariates: list[ColumnName] = Field(default_factory=list)
     """Columns of the covariates, in order. The list is public: choose it without looking at the
     sensitive data (selecting covariates on it is itself a privacy leak). Each is clipped to its
-    bound in bounds.covariates."""
+    bound in bounds.covariates; a categorical one, or one with missing cells, needs a rule in
+    the preprocess section."""
     propensity: ColumnName | None = None
     """Not read by any command: owl names its design-probability column in
     owl.propensity.column. Setting it only reserves the name (it may not repeat another role)."""
@@ -102,7 +86,9 @@ class BoundsSpec(StrictModel):
     covariates: Interval | dict[str, Interval] | None = None
     """One [lo, hi] for every covariate, or {name: [lo, hi]} per covariate, in each covariate's
     units: values are clipped to it, then scaled by it (how, the command's ``scaling`` says).
-    Required by every command that reads covariates; never derive it from the data."""
+    Required by every command that reads covariates; never derive it from the data. A
+    categorical covariate (preprocess.covariates.NAME.levels) has none: its level columns are in
+    [0, 1]."""
 
     def covariate(self, name: str) -> tuple[float, float] | None:
         """The bound of covariate ``name``, or None if the spec has none."""
@@ -111,10 +97,6 @@ class BoundsSpec(StrictModel):
         if isinstance(self.covariates, dict):
             return self.covariates.get(name)
         return self.covariates
-
-
-ArmLabel = bool | int | float | str
-"""A value of a treatment column: a number, a boolean or a string, as it appears in the data."""
 
 
 class BinaryArms(StrictModel):
@@ -309,6 +291,10 @@ class CommonSpec(StrictModel):
     accuracy: AccuracySpec = Field(default_factory=AccuracySpec)
     """The level of the noise intervals written beside released numbers, and an optional limit on
     the predicted half-width that refuses a run before it reads any row."""
+    preprocess: PreprocessSpec | None = None
+    """Declared, row-local rules turning the raw covariates into the model's numeric, bounded
+    covariates: categorical levels (one-hot), missing values (a fill value and an indicator),
+    log1p, products. Without it every covariate is numeric and a missing value refuses the run."""
 
     def with_overrides(
         self, *, data: Path | None = None, out: Path | None = None,

@@ -63,7 +63,7 @@ def _setup(spec: CateSpec, n_rows: int) -> CateSetup:
 
 def _domain(spec: CateSpec, setup: CateSetup) -> RowDomain:
     cols = setup.columns
-    return RowDomain(cols.numeric_domain(), {cols.treatment: [1, 0]})
+    return RowDomain(cols.numeric_domain(), {cols.treatment: [spec.cate.treated, spec.cate.control_label()]})
 
 
 def synthesize(spec: CateSpec, n: int, rng: np.random.Generator) -> pd.DataFrame:
@@ -117,7 +117,7 @@ def neighbours(spec: CateSpec, frame: pd.DataFrame, rng: np.random.Generator,
                                                                             domain.random_row(rng))
         elif kind == 2:
             row = domain.corner_row(rng)
-            row[cols.treatment] = 1
+            row[cols.treatment] = spec.cate.treated
             yield (f"{where} planted at a corner, treated, Y top vs bottom",
                    replace_one(frame, idx, {**row, cols.outcome: y_hi}),
                    replace_one(frame, idx, {**row, cols.outcome: y_lo}))
@@ -142,10 +142,10 @@ def _quiet_pair(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame,
     y_lo, y_hi = setup.y_bounds
     base = frame.copy()
     rows = base.index[second]
-    base.loc[rows, cols.treatment] = 0
+    base.loc[rows, cols.treatment] = spec.cate.control_label()
     base.loc[rows, cols.outcome] = 0.5 * (y_lo + y_hi)
     idx = int(second[int(rng.integers(len(second)))])
-    row = {**corner, cols.treatment: 1}
+    row = {**corner, cols.treatment: spec.cate.treated}
     return (f"second-half row {idx} planted at a corner, treated, Y top vs bottom, every other "
             "second-half row untreated at the centre", replace_one(base, idx, {**row, cols.outcome: y_hi}),
             replace_one(base, idx, {**row, cols.outcome: y_lo}))

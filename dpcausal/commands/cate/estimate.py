@@ -31,7 +31,7 @@ from dpcausal.commands.cate.rff import FourierFeatures, fit_rff_streaming
 from dpcausal.commands.cate.setup import CateSetup, build_setup, query_points, rff_features
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.commands.common import row_split
-from dpcausal.errors import DataError
+from dpcausal.commands.common.arms import treated_mask
 from dpcausal.frames import numeric_column
 from dpcausal.learners.dp_logistic import PropensityModel
 from dpcausal.learners.dp_ridge import OutcomeModel
@@ -57,17 +57,13 @@ class Prepared:
 
 def clip_rows(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame
               ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """(x, a, y) of ``frame``: validated (A ∈ {0, 1}), x clipped to the box, y to the outcome bounds."""
+    """(x, a, y) of ``frame``: validated (A = 1 for cate.treated, 0 for cate.control, any other
+    value refused), x clipped to the box, y to the outcome bounds."""
     path = spec.data.path
     cols = setup.columns
     x = np.column_stack([numeric_column(frame, c, path) for c in setup.covariates])
-    a = numeric_column(frame, cols.treatment, path)
-    bad = (a != 0.0) & (a != 1.0)
-    if bad.any():
-        first = int(np.flatnonzero(bad)[0])
-        raise DataError(f"{path}: column '{cols.treatment}' must hold only 0 and 1 (binary "
-                        f"treatment); data row {first + 1} holds another value. Recode the "
-                        "treatment column")
+    a = treated_mask(frame[cols.treatment], spec.cate, path=path, column=cols.treatment,
+                     command="cate").astype(np.float64)
     y = np.clip(numeric_column(frame, cols.outcome, path), *setup.y_bounds)
     x = np.clip(x, setup.box.lo, setup.box.hi)
     return x, a, y

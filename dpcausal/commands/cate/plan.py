@@ -16,6 +16,7 @@ from dpcausal.commands.cate.privacy import (
     nuisance_learners,
     queries_mechanism,
 )
+from dpcausal.commands.cate.release import estimand
 from dpcausal.commands.cate.setup import (
     NUISANCE_PART,
     SECOND_PART,
@@ -118,7 +119,9 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
         assumptions={
             "outcome_bounds": list(setup.y_bounds),
             "covariate_bounds": {c: list(setup.box_bounds(c)) for c in setup.covariates},
-            "treatment_values": [0, 1],
+            "treatment_values": {"treated": sec.treated, "control": sec.control_label()},
+            "outcome_direction": sec.outcome_direction,
+            "estimand": estimand(spec),
             "queries": query_source,
             "features": sec.features,
             "split": {**sec.split.receipt(), "first_half_fraction": sec.first_half_fraction},

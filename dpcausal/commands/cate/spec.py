@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from dpcausal.spec.base import CommonSpec, PositiveFinite, StrictModel
+from dpcausal.spec.base import ArmLabel, BinaryArms, CommonSpec, PositiveFinite, StrictModel
 from dpcausal.spec.split import RowSplit
 
 Share = Annotated[float, Field(gt=0.0, lt=1.0)]
@@ -55,8 +55,17 @@ class GridSpec(StrictModel):
         return self
 
 
-class CateSection(StrictModel):
+class CateSection(BinaryArms):
     """The ``cate`` section. Every value here is public: never tuned on the sensitive data."""
+
+    section: ClassVar[str] = "cate"
+    treated: ArmLabel = 1
+    """The treatment column's value that means 'treated' (A = 1), as it appears in the data (a
+    number, true/false or a text label); default 1. τ(x) = E[Y(treated) − Y(control) | x]."""
+    control: ArmLabel | None = None
+    """The control arm's value; defaults to 0 when treated is 1 (false when treated is true),
+    and is required otherwise. A row whose treatment is neither label is refused, never
+    dropped."""
 
     mode: Literal["function", "queries"] = "function"
     """function (default): one Gaussian-process path released over the whole box (Thm 3; exact
@@ -115,6 +124,11 @@ class CateSection(StrictModel):
     """Public seed of the random Fourier frequencies (recorded in the receipt and the output)."""
     nuisance: NuisanceSpec = Field(default_factory=NuisanceSpec)
     """The stage-1 DP nuisance models (propensity and outcome per arm), fit on the first half."""
+    outcome_direction: Literal["higher", "lower"] = "higher"
+    """higher (default): cate.csv holds τ(x) = E[Y(treated) − Y(control) | x]; lower (smaller
+    outcomes are better): it holds the benefit E[Y(control) − Y(treated) | x] = −τ(x), positive
+    where the treatment lowers the outcome — the release on −Y (negated bounds, same widths),
+    i.e. the sign flip of τ̂: post-processing, the noise and Δ are unchanged."""
     plot: bool = True
     """Write cate.png for a grid varying 1 or 2 covariates (default true); drawn from the
     released values and their public noise band only, so it costs no ε."""

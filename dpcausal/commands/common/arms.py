@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
 from dpcausal.errors import DataError
+from dpcausal.preprocess.cells import label_matches
 from dpcausal.spec.base import BinaryArms
-
-
-def label_matches(col: pd.Series, label: Any) -> npt.NDArray[np.bool_]:
-    """Where ``col`` holds ``label``: numbers compare as numbers, anything else as text."""
-    if pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
-        if isinstance(label, bool | int | float):
-            return (col == label).to_numpy(dtype=bool, na_value=False)
-        return np.zeros(len(col), dtype=bool)
-    return (col.astype("string") == str(label)).to_numpy(dtype=bool, na_value=False)
 
 
 def treated_mask(col: pd.Series, arms: BinaryArms, *, path: Path | str | None, column: str,

@@ -70,10 +70,9 @@ def prepare_batch(spec: SelectPolicySpec, setup: Setup, bits: split.Packed | Non
             x[:, j] = numeric_column(frame, c, path)
         inputs = setup.inputs
         if isinstance(inputs, ScoreInputs):
-            q1 = np.clip(numeric_column(frame, inputs.treated, path), -inputs.bound, inputs.bound)
-            q0 = np.clip(numeric_column(frame, inputs.control, path), -inputs.bound, inputs.bound)
+            q0, q1 = inputs.scores(frame, path)
             return x, q0, q1, None
-        y = np.clip(numeric_column(frame, inputs.outcome, path), *inputs.y_bounds)
+        y = inputs.outcome_values(frame, path)
         flags = None
         if setup.regime == "learned":
             flags = (split.members(bits, start, len(frame)) if bits is not None
@@ -148,7 +147,7 @@ def compute_utilities(spec: SelectPolicySpec, setup: Setup, engine: Engine,
     inputs = setup.inputs
     if isinstance(inputs, NuisanceInputs):
         nuis = (frozen_nuisance(side["frozen_model"], inputs.fmap, mu_bounds=inputs.mu_bounds,
-                                zeta=sec.zeta, path=sec.frozen_model)
+                                zeta=sec.zeta, path=sec.frozen_model, sign=inputs.sign)
                 if setup.regime == "frozen" else fit_nuisance_engine(spec, setup, inputs, engine))
     return engine.map_sum(functools.partial(utility_sums, setup=setup, nuis=nuis,
                                             chunk_rows=sec.chunk_rows))

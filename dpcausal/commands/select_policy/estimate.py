@@ -46,14 +46,13 @@ def compute_utilities(spec: SelectPolicySpec, setup: Setup, frame: pd.DataFrame,
         x[:, j] = numeric_column(frame, c, path)
     inputs = setup.inputs
     if isinstance(inputs, ScoreInputs):
-        q1 = np.clip(numeric_column(frame, inputs.treated, path), -inputs.bound, inputs.bound)
-        q0 = np.clip(numeric_column(frame, inputs.control, path), -inputs.bound, inputs.bound)
+        q0, q1 = inputs.scores(frame, path)
         return utilities_from_gammas(setup.library, x, q0, q1, chunk_rows=sec.chunk_rows)
-    y = np.clip(numeric_column(frame, inputs.outcome, path), *inputs.y_bounds)
+    y = inputs.outcome_values(frame, path)
     treated = treated_indicator(spec, inputs, frame)
     if setup.regime == "frozen":
         nuis = frozen_nuisance(side["frozen_model"], inputs.fmap, mu_bounds=inputs.mu_bounds,
-                               zeta=sec.zeta, path=sec.frozen_model)
+                               zeta=sec.zeta, path=sec.frozen_model, sign=inputs.sign)
         return learned_utilities(setup.library, nuis, x, treated, y, chunk_rows=sec.chunk_rows)
     tr, sc = split_indices(spec, setup.n_total, setup.m)
     ridge = CertifiedRidge(sec.lambda_mu, inputs.y_bounds, inputs.mu_bounds, sec.solver_tol)
@@ -82,9 +81,12 @@ def release_selection(spec: SelectPolicySpec, setup: Setup, utilities: npt.NDArr
     if sec.value_release is not None:
         mech = value_mechanism(setup, sec.value_release.epsilon)
         noisy = float(noise.release(mech, np.array([utilities[k] / setup.n]))[0])
-        value_doc = {"value": noisy, "epsilon": mech.epsilon, "sensitivity": mech.l1_sensitivity,
-                     "laplace_scale": mech.scale,
-                     "estimand": "DR (AIPW) mean over the scoring block, V = U/n"}
+        sign = setup.inputs.sign  # back on the outcome's own scale (post-processing)
+        value_doc = {"value": sign * noisy, "epsilon": mech.epsilon,
+                     "sensitivity": mech.l1_sensitivity, "laplace_scale": mech.scale,
+                     "estimand": "DR (AIPW) mean over the scoring block, V = U/n" if sign > 0
+                     else "DR (AIPW) mean outcome over the scoring block, V = -U/n (U computed "
+                          "on -Y: outcome_direction lower)"}
     return selection_document(spec, setup, k, plan, value_doc), value_doc
 
 

@@ -33,7 +33,7 @@ def plan(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any], *,
     inputs = setup.inputs
     if setup.regime == "frozen" and isinstance(inputs, NuisanceInputs):
         frozen_nuisance(side["frozen_model"], inputs.fmap, mu_bounds=inputs.mu_bounds,
-                        zeta=sec.zeta, path=sec.frozen_model)
+                        zeta=sec.zeta, path=sec.frozen_model, sign=inputs.sign)
     eps = spec.privacy.epsilon
     cert = setup.certificate.to_dict() if setup.certificate else None
     common = {"regime": setup.regime, "utility": "sum_DR_AIPW_over_scoring_block"
@@ -71,7 +71,10 @@ def plan(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any], *,
                                        "bound": inputs.bound}
     else:
         assumptions.update({
-            "outcome_bounds": list(inputs.y_bounds), "mu_bounds": list(inputs.mu_bounds),
+            # as declared (the run works on the negated ones for outcome_direction lower)
+            "outcome_bounds": list(spec.bounds.outcome or ()),
+            "mu_bounds": list(sec.mu_bounds or spec.bounds.outcome or ()),
+            "outcome_direction": sec.outcome_direction,
             "zeta": sec.zeta, "covariates": inputs.fmap.to_dict(),
             "feature_schema_sha256": hashlib.sha256(json.dumps(
                 inputs.fmap.to_dict(), sort_keys=True).encode()).hexdigest(),

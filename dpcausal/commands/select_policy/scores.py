@@ -73,8 +73,9 @@ def fit_nuisance(fmap: UnitBoxFeatures, ridge: CertifiedRidge, logistic: Certifi
 
 
 def frozen_nuisance(doc: Any, fmap: UnitBoxFeatures, *, mu_bounds: tuple[float, float],
-                    zeta: float, path: Path | None) -> Nuisance:
-    """Validate a public nuisance model document against the spec's feature map."""
+                    zeta: float, path: Path | None, sign: float = 1.0) -> Nuisance:
+    """Validate a public nuisance model document against the spec's feature map. ``sign`` −1
+    negates its outcome model (``outcome_direction: lower``; ``mu_bounds`` already negated)."""
     p = fmap.dim
     try:
         if not isinstance(doc, dict) or doc.get("format") != MODEL_FORMAT:
@@ -96,7 +97,7 @@ def frozen_nuisance(doc: Any, fmap: UnitBoxFeatures, *, mu_bounds: tuple[float, 
             raise ValueError("outcome.center must be finite")
     except (KeyError, TypeError, ValueError) as exc:
         raise SpecError(f"{path}: not a valid nuisance model file ({exc})") from exc
-    outcome = RidgeFit(np.vstack([th0, th1]), center, mu_bounds)
+    outcome = RidgeFit(sign * np.vstack([th0, th1]), sign * center, mu_bounds)
     return Nuisance(fmap, outcome, LogisticFit(the, zeta))
 
 

@@ -16,6 +16,7 @@ from dpcausal.commands.common.arms import treated_mask
 from dpcausal.commands.select_policy.library import PolicyLibrary, build_library, paper160
 from dpcausal.commands.select_policy.spec import LibraryFile, SelectPolicySection, SelectPolicySpec
 from dpcausal.errors import DataError, MissingBoundsError, SpecError
+from dpcausal.frames import numeric_column
 from dpcausal.learners import (
     CertifiedLogistic,
     CertifiedRidge,
@@ -38,6 +39,15 @@ class ScoreInputs:
     treated: str
     control: str
     bound: float
+    sign: float = 1.0
+    """−1 for ``outcome_direction: lower``: the scores are negated (lower is better)."""
+
+    def scores(self, frame: pd.DataFrame, path: Any) -> tuple[FloatArray, FloatArray]:
+        """(q0, q1) of ``frame``: each row's scores (times ``sign``) clipped to [−B, B]."""
+        return (np.clip(self.sign * numeric_column(frame, self.control, path), -self.bound,
+                        self.bound),
+                np.clip(self.sign * numeric_column(frame, self.treated, path), -self.bound,
+                        self.bound))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +60,14 @@ class NuisanceInputs:
     fmap: UnitBoxFeatures
     y_bounds: tuple[float, float]
     mu_bounds: tuple[float, float]
+    sign: float = 1.0
+    """−1 for ``outcome_direction: lower``: Y is negated and ``y_bounds``/``mu_bounds`` are the
+    negated declared bounds (B_ψ, R, β and Δ are unchanged: they depend on the bounds' widths
+    and magnitudes only)."""
+
+    def outcome_values(self, frame: pd.DataFrame, path: Any) -> FloatArray:
+        """Y of ``frame`` (times ``sign``) clipped to ``y_bounds``."""
+        return np.clip(self.sign * numeric_column(frame, self.outcome, path), *self.y_bounds)
 
 
 @dataclass(frozen=True)
@@ -112,13 +130,14 @@ def build_setup(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any]) -> Se
     sec = spec.select_policy
     library = load_library(spec, side)
     cols = spec.data.columns
+    sign = -1.0 if sec.outcome_direction == "lower" else 1.0
     if sec.regime == "fixed":
         if sec.fixed_scores is None:  # the spec model requires it for this regime
             raise SpecError("select_policy.fixed_scores: regime fixed needs {treated: COLUMN, "
                             "control: COLUMN, bound: B}")
         fs = sec.fixed_scores
         return Setup(library, "fixed", n_rows, 0, n_rows, 2.0 * fs.bound, None,
-                     ScoreInputs(fs.treated, fs.control, fs.bound),
+                     ScoreInputs(fs.treated, fs.control, fs.bound, sign),
                      {"scores": "user-supplied columns, clipped to [-B, B]"})
     if cols.outcome is None or cols.treatment is None:
         raise SpecError("data.columns: select-policy needs both 'outcome' and 'treatment' columns "
@@ -132,8 +151,10 @@ def build_setup(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any]) -> Se
     y_bounds = (float(spec.bounds.outcome[0]), float(spec.bounds.outcome[1]))
     mu_bounds = ((float(sec.mu_bounds[0]), float(sec.mu_bounds[1])) if sec.mu_bounds is not None
                  else y_bounds)
+    if sign < 0:  # lower is better: work on −Y ∈ [−hi, −lo]
+        y_bounds, mu_bounds = (-y_bounds[1], -y_bounds[0]), (-mu_bounds[1], -mu_bounds[0])
     fmap = feature_map(spec)
-    inputs = NuisanceInputs(cols.outcome, cols.treatment, fmap, y_bounds, mu_bounds)
+    inputs = NuisanceInputs(cols.outcome, cols.treatment, fmap, y_bounds, mu_bounds, sign)
     d = fmap.d
     if sec.regime == "frozen":
         b_mu, r, b_psi = score_bounds(sec.zeta, y_bounds, mu_bounds)

@@ -98,6 +98,12 @@ class SelectPolicySection(BinaryArms):
     """Regime ``frozen``: a public nuisance model file (see configs/select_policy.yaml)."""
     fixed_scores: FixedScores | None = None
     """Regime ``fixed``: the score columns and their public bound."""
+    outcome_direction: Literal["higher", "lower"] = "higher"
+    """higher (default): larger outcomes are better, the policy of largest mean outcome is
+    sought; lower: smaller are better (e.g. blood pressure): Y, its bounds, mu_bounds and a
+    frozen model's predictions are negated before scoring (fixed scores too), so the policy of
+    smallest mean outcome is sought. Δ is unchanged (it depends on the bounds' widths and
+    magnitudes only); a released value is reported on the outcome's own scale."""
     value_release: ValueRelease | None = None
     """Also release the chosen policy's DR value by a separate Laplace step with its own ε;
     default none (only the policy's name is released)."""
