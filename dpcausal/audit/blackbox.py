@@ -131,7 +131,7 @@ def stage_bounds(d: RecordingGuard, dp: RecordingGuard, plan: PrivacyPlan, *,
     for i, ev in enumerate(plan.events):
         draw_d, draw_dp = d.draws[ev.stage], dp.draws[ev.stage]
         dim = int(np.asarray(d.outputs[ev.stage]).size)
-        n_events = N_EVENTS + (MAX_SINGLETONS if ev.kind == "exponential" else 0)
+        n_events = N_EVENTS + (MAX_SINGLETONS if ev.kind in ("exponential", "subset_exponential") else 0)
         select, test = _sizes(ev.epsilon, ev.delta, n_events, dim, trials, vectorized=True)
         chunk = max(1, CHUNK_VALUES // max(dim, 1))
         base = seed + 1_000_003 * (i + 1)

@@ -15,6 +15,7 @@ from scipy import stats
 from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.mechanisms.exponential import ExponentialMechanism
 from dpcausal.mechanisms.registry import privacy_loss
+from dpcausal.mechanisms.subset_exponential import SubsetExponentialMechanism
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -42,7 +43,8 @@ def event_loss(event: PrivacyEvent, a: FloatArray, b: FloatArray) -> EventLoss:
     (:func:`dpcausal.mechanisms.registry.privacy_loss`): ℓ2-Laplace ‖a − b‖₂/scale (attained along
     the line through a and b), Laplace ‖a − b‖₁/b, Gaussian and Gaussian process the ε at which the
     pair's privacy profile δ(ε) meets the claimed δ. Exponential (a, b are utility vectors): the
-    exact max_k |log p_k − log p′_k| of the selection probabilities.
+    exact max_k |log p_k − log p′_k| of the selection probabilities. Subset exponential (a, b are
+    the items' utilities): the exact max over k-subsets, from the two partition functions.
 
     Inputs with a ``distance(other)`` method (elements of a function space, e.g. an RKHS function
     released by the Gaussian-process mechanism, whose noise is isotropic in that space): the loss is
@@ -72,6 +74,11 @@ def event_loss(event: PrivacyEvent, a: FloatArray, b: FloatArray) -> EventLoss:
     if event.kind == "exponential":
         shift = float(np.max(np.abs(a - b)))
         loss = ExponentialMechanism.selection_loss(event.noise_scale, a, b)
+        return EventLoss(event.stage, event.kind, shift, event.sensitivity, loss, 0.0)
+    if event.kind == "subset_exponential":
+        shift = float(np.max(np.abs(a - b)))
+        loss = SubsetExponentialMechanism.selection_loss(event.noise_scale,
+                                                         int(event.params["k"]), a, b)
         return EventLoss(event.stage, event.kind, shift, event.sensitivity, loss, 0.0)
     diff = a - b
     shift = float(np.sum(np.abs(diff)) if event.norm == "l1" else np.linalg.norm(diff))

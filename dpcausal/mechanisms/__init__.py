@@ -13,6 +13,7 @@ from dpcausal.mechanisms.guard import Draw, NoiseGuard, NoiseGuardError
 from dpcausal.mechanisms.l2_laplace import L2LaplaceMechanism
 from dpcausal.mechanisms.laplace import LaplaceMechanism
 from dpcausal.mechanisms.objective import ObjectivePerturbation
+from dpcausal.mechanisms.subset_exponential import SubsetExponentialMechanism
 
 __all__ = [
     "Draw",
@@ -25,5 +26,6 @@ __all__ = [
     "NoiseGuard",
     "NoiseGuardError",
     "ObjectivePerturbation",
+    "SubsetExponentialMechanism",
     "analytic_gaussian_sigma",
 ]

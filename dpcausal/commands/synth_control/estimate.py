@@ -10,6 +10,7 @@ import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.synth_control import dpsc
+from dpcausal.commands.synth_control.capped_run import run_capped
 from dpcausal.commands.synth_control.panel import (
     OutcomeMap,
     PanelLayout,
@@ -62,6 +63,8 @@ def run(spec: SynthControlSpec, frame: pd.DataFrame, plan: PrivacyPlan,
     _check_same_structure(layout, plan)
     omap = OutcomeMap.from_spec(spec)
     x_raw, y_raw = value_matrix(spec, layout, frame, path)
+    if spec.synth_control.method == "capped":
+        return run_capped(spec, layout, x_raw, y_raw, plan, noise=noise)
     x, y = omap.forward(x_raw), omap.forward(y_raw)
     del x_raw
     y_out, f_out = counterfactual_path(spec, x, y, layout.t0, plan, noise=noise)

@@ -9,6 +9,7 @@ import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.synth_control import dpsc
+from dpcausal.commands.synth_control.capped_plan import plan_capped
 from dpcausal.commands.synth_control.panel import OutcomeMap, build_layout
 from dpcausal.commands.synth_control.setup import (
     COMMAND,
@@ -27,6 +28,8 @@ def plan(spec: SynthControlSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
     sec = spec.synth_control
     omap = OutcomeMap.from_spec(spec)
     layout = build_layout(spec, side["panel"], spec.data.path)
+    if sec.method == "capped":
+        return plan_capped(spec, layout)
     n, t0, h = layout.n, layout.t0, layout.h
     lam, lam_rule = ridge_lambda(spec, t0)
     check_lambda(lam, n, t0)

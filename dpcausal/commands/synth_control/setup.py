@@ -17,6 +17,22 @@ NEIGHBOURING = {
     "n_public": True,
     "public": "target series, unit ids, donor count n, periods T and T0, treatment time, bounds",
 }
+INDIVIDUAL = {
+    "relation": "change one person's data in one donor unit",
+    "unit": "one person in a donor unit, whose data moves each of that unit's cells by at most "
+            "individual.contribution / individual.population",
+    "n_public": True,
+    "public": "target series, unit ids, donor count n, periods T and T0, treatment time, bounds, "
+              "the contribution bound and the minimum cell population",
+    "weaker_than": "privacy_unit: donor — this hides one person, not a whole donor's series; a "
+                   "donor unit's aggregate pattern is not protected",
+}
+
+
+def neighbouring(spec: SynthControlSpec) -> dict[str, object]:
+    """The receipt's neighbouring relation for this spec's privacy unit."""
+    individual = spec.synth_control.privacy_unit == "individual"
+    return dict(INDIVIDUAL if individual else NEIGHBOURING)
 
 
 def side_inputs(spec: SynthControlSpec) -> dict[str, SideInput]:
@@ -57,5 +73,6 @@ def check_mode(spec: SynthControlSpec) -> None:
             "method: out (the certified default), or set synth_control.allow_uncertified: true to "
             "reproduce the paper with a receipt that says dp_guarantee: false"
         )
-    if spec.privacy.delta != 0.0:
-        raise SpecError("privacy.delta: synth-control is pure ε-DP (δ = 0); set privacy.delta to 0")
+    if spec.privacy.delta != 0.0 and sec.method != "capped":
+        raise SpecError("privacy.delta: DPSC is pure ε-DP (δ = 0); set privacy.delta to 0 (δ > 0 "
+                        "is used only by method: capped, for a Gaussian path)")
