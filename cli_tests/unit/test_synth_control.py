@@ -364,7 +364,7 @@ def test_huge_epsilon_equals_nonprivate_ridge(section: dict[str, Any]) -> None:
     np.testing.assert_allclose(post["counterfactual"], expected, atol=1e-8)
     np.testing.assert_allclose(post["effect"], piv.loc["A"].to_numpy()[4:] - expected, atol=1e-8)
     np.testing.assert_allclose(release.tables["weights"]["weight"], f, atol=1e-9)
-    assert release.documents["effect.json"]["average_post_effect"] == pytest.approx(
+    assert release.documents["effect.json"]["average_post_effect"]["estimate"] == pytest.approx(
         float(np.mean(piv.loc["A"].to_numpy()[4:] - expected)), abs=1e-8)
     assert table[table.period == "pre"]["counterfactual"].isna().all()
     assert release.figures["synth_control.png"][:4] == b"\x89PNG"

@@ -157,6 +157,35 @@ def rmspe(y: FloatArray, cf: FloatArray, t0: int) -> float:
 
 
 @dataclass(frozen=True)
+class Prepared:
+    """The clipped panel: the public intervals, the clipped donors and target, the distances."""
+
+    lo_t: FloatArray
+    hi_t: FloatArray
+    xc: FloatArray
+    yc: FloatArray
+    d: FloatArray
+
+
+def prepare(x_raw: FloatArray, y_raw: FloatArray, scales: CappedScales, t0: int) -> Prepared:
+    """Clip every donor cell into its period's interval and compute each donor's distance."""
+    lo_t, hi_t = intervals(y_raw, scales.lo, scales.hi, scales.band)
+    xc = clip_donors(x_raw, lo_t, hi_t)
+    yc = np.clip(np.asarray(y_raw, dtype=np.float64), scales.lo, scales.hi)
+    return Prepared(lo_t, hi_t, xc, yc, distances(xc, yc, t0))
+
+
+def released_values(p: Prepared, chosen: FloatArray, k: int, t0: int,
+                    slices: list[slice]) -> dict[str, FloatArray]:
+    """Each released number before its noise, by stage: the average post-period synthetic
+    control, the path's block means and the pre-period RMSPE (given the chosen donors)."""
+    cf = counterfactual(p.xc, chosen, k)
+    return {STAGE_AVERAGE: np.array([np.mean(cf[t0:])]),
+            STAGE_PATH: block_means(cf[t0:], slices),
+            STAGE_FIT: np.array([rmspe(p.yc, cf, t0)])}
+
+
+@dataclass(frozen=True)
 class CappedMechanisms:
     """The mechanisms of one capped release (shared by the plan and the run, so the noise guard
     sees identical events). Absent releases are None."""

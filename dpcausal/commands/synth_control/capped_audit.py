@@ -51,24 +51,18 @@ def pre_noise(spec: SynthControlSpec, frame: pd.DataFrame, plan: PrivacyPlan,
     sec = spec.synth_control
     scales = scales_of(spec, layout)
     x_raw, y_raw = value_matrix(spec, layout, frame, spec.data.path)
-    lo_t, hi_t = capped.intervals(y_raw, scales.lo, scales.hi, scales.band)
-    yc = np.clip(y_raw, scales.lo, scales.hi)
-    xc = capped.clip_donors(x_raw, lo_t, hi_t)
-    d = capped.distances(xc, yc, layout.t0)
+    prep = capped.prepare(x_raw, y_raw, scales, layout.t0)
     stages = {e.stage for e in plan.events}
     slices = capped.block_slices(layout.h, sec.releases.path_blocks)
 
     def inputs(chosen: FloatArray) -> dict[str, FloatArray]:
-        cf = capped.counterfactual(xc, chosen, sec.k)
-        out = {capped.STAGE_AVERAGE: np.array([np.mean(cf[layout.t0:])]),
-               capped.STAGE_PATH: capped.block_means(cf[layout.t0:], slices),
-               capped.STAGE_FIT: np.array([capped.rmspe(yc, cf, layout.t0)])}
-        return {s: v for s, v in out.items() if s in stages}
+        values = capped.released_values(prep, chosen, sec.k, layout.t0, slices)
+        return {s: v for s, v in values.items() if s in stages}
 
     if capped.STAGE_CHOICE not in stages:
-        return dict(inputs(capped.nearest(d, sec.k)))
+        return dict(inputs(capped.nearest(prep.d, sec.k)))
     rows = [inputs(s) for s in conditioning_sets(layout.n, sec.k)]
-    out: dict[str, Any] = {capped.STAGE_CHOICE: -d}
+    out: dict[str, Any] = {capped.STAGE_CHOICE: -prep.d}
     for stage in rows[0]:
         out[stage] = np.vstack([r[stage] for r in rows])
     return out

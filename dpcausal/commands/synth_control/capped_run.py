@@ -44,18 +44,18 @@ def run_capped(spec: SynthControlSpec, layout: PanelLayout, x_raw: FloatArray, y
     mechs = mechanisms_of(spec, layout)
     t0, k = layout.t0, sec.k
     alpha = spec.accuracy.alpha
-    lo_t, hi_t = capped.intervals(y_raw, scales.lo, scales.hi, scales.band)
-    yc = np.clip(y_raw, scales.lo, scales.hi)
-    xc = capped.clip_donors(x_raw, lo_t, hi_t)
-    d = capped.distances(xc, yc, t0)
+    prep = capped.prepare(x_raw, y_raw, scales, t0)
     private = mechs.choice is not None
-    chosen = np.asarray(noise.release(mechs.choice, -d)) if private else capped.nearest(d, k)
-    cf = capped.counterfactual(xc, chosen, k)
-    del xc, x_raw, d
+    chosen = (np.asarray(noise.release(mechs.choice, -prep.d)) if private
+              else capped.nearest(prep.d, k))
+    slices = capped.block_slices(layout.h, sec.releases.path_blocks)
+    values = capped.released_values(prep, chosen, k, t0, slices)
+    lo_t, hi_t = prep.lo_t, prep.hi_t
+    del prep, x_raw
 
     y_post = y_raw[t0:]
     avg_bounds = (float(np.mean(lo_t[t0:])), float(np.mean(hi_t[t0:])))
-    avg_cf = float(np.asarray(noise.release(mechs.average, float(np.mean(cf[t0:])))))
+    avg_cf = float(np.asarray(noise.release(mechs.average, values[capped.STAGE_AVERAGE]))[0])
     hw_avg = halfwidth(mechs.average, alpha)
     doc = _document(spec, layout, plan, scales, chosen if mechs.choice is not None else None)
     cf_rec = interval_record(avg_cf, hw_avg, alpha=alpha, law=law(mechs.average),
@@ -67,7 +67,7 @@ def run_capped(spec: SynthControlSpec, layout: PanelLayout, x_raw: FloatArray, y
                                                  law=law(mechs.average), bounds=eff_bounds)
     rmspe_hat = None
     if mechs.fit is not None:
-        raw = float(np.asarray(noise.release(mechs.fit, capped.rmspe(yc, cf, t0))))
+        raw = float(np.asarray(noise.release(mechs.fit, values[capped.STAGE_FIT]))[0])
         fit_rec = interval_record(raw, halfwidth(mechs.fit, alpha), alpha=alpha,
                                   law=law(mechs.fit), bounds=(0.0, scales.reach))
         doc["pre_period_rmspe"] = fit_rec
@@ -76,8 +76,7 @@ def run_capped(spec: SynthControlSpec, layout: PanelLayout, x_raw: FloatArray, y
             mean_y - avg_cf, mechs.average, rmspe_hat, scales.reach, eff_bounds, alpha)
     table = _table(layout, y_raw, t0)
     if mechs.path is not None:
-        slices = capped.block_slices(layout.h, sec.releases.path_blocks)
-        released = np.asarray(noise.release(mechs.path, capped.block_means(cf[t0:], slices)))
+        released = np.asarray(noise.release(mechs.path, values[capped.STAGE_PATH]))
         table = _path_columns(table, t0, slices, released, lo_t, hi_t,
                               halfwidth(mechs.path, alpha))
         doc["path"] = {"values": len(slices), "law": law(mechs.path), "level": 1.0 - alpha,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.accounting.plan import PredictedAccuracy, PrivacyPlan
 from dpcausal.commands.synth_control import dpsc
 from dpcausal.commands.synth_control.capped_plan import plan_capped
 from dpcausal.commands.synth_control.panel import OutcomeMap, build_layout
@@ -58,9 +59,11 @@ def plan(spec: SynthControlSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
                                                dpsc.post_noise_variance(post_mech)))
         details.update(sensitivity=sec.sensitivity, sensitivity_value=sensitivity,
                        noise_rmse_bound=float(rmse * omap.unit_scale))
+        accuracy = out_accuracy(float(rmse * omap.unit_scale), spec.accuracy.alpha)
     else:
         params = dpsc.objective_parameters(n, t0, lam, eps1, sec.c)
         coef_event = dpsc.objective_event(params, n, eps1, lam)
+        accuracy = ()
         details.update(sensitivity="n/a (uncertified objective perturbation)",
                        objective_branch=params.branch, epsilon0=params.epsilon0,
                        delta_reg=params.delta_reg)
@@ -80,4 +83,21 @@ def plan(spec: SynthControlSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
             "composition": "basic sequential over the two steps (the same donors): ε1 + ε2",
         },
         details=details,
+        accuracy=accuracy,
     )
+
+
+def out_accuracy(rms_bound: float, alpha: float) -> tuple[PredictedAccuracy, ...]:
+    """DPSC_out's noise half-widths: Chebyshev from the public per-period variance bound V.
+
+    The noise of the counterfactual at one post period, x_tᵀv + w_tᵀf_reg + w_tᵀv, has variance
+    ≤ V (spec §5.5 with ‖x_t‖² ≤ n and ‖f_reg‖² ≤ T0/(2λ)), and so does their average over the
+    post periods (Cauchy–Schwarz); P(|noise| > √(V/α)) ≤ α. A bound (coverage ≥ 1 − α): the law of
+    a product of two noisy factors has no public closed form.
+    """
+    hw = rms_bound / math.sqrt(alpha)
+    law = f"Chebyshev from the noise RMS bound {rms_bound:.4g}"
+    return (PredictedAccuracy("average_post_effect", "outcome units", hw, alpha, "noise", law,
+                              bound=True, headline=True),
+            PredictedAccuracy("counterfactual", "outcome units", hw, alpha, "noise", law,
+                              bound=True))

@@ -46,12 +46,12 @@ def plot_png(table: pd.DataFrame, *, target: str, epsilon: float, title_note: st
         ax.legend(loc="best", fontsize=8)
     ax1.set_title(f"DP synthetic control (ε = {epsilon:g}; {title_note})", fontsize=10)
     ax1.set_ylabel("outcome")
-    ax2.set_ylabel("gap")
+    ax2.set_ylabel("effect\n(observed − synthetic)")
     ax2.set_xlabel("time")
     if labels is not None:
         step = max(1, len(labels) // 12)
         ax2.set_xticks(x[::step], labels[::step], rotation=45, ha="right")
-    fig.subplots_adjust(left=0.1, right=0.97, top=0.93, bottom=0.12 if labels is None else 0.2,
+    fig.subplots_adjust(left=0.13, right=0.97, top=0.93, bottom=0.12 if labels is None else 0.2,
                         hspace=0.08)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
@@ -59,9 +59,10 @@ def plot_png(table: pd.DataFrame, *, target: str, epsilon: float, title_note: st
 
 
 def plot_capped_png(table: pd.DataFrame, *, target: str, epsilon: float,
-                    average: dict[str, Any], bounds: tuple[float, float], level: float) -> bytes:
-    """``method: capped``: the path with its noise band, and the effect with its band and the
-    released average effect (its own, more precise release) as a line with its interval.
+                    average: dict[str, Any], bounds: tuple[float, float], level: float,
+                    title: str = "DP synthetic control, k nearest donors") -> bytes:
+    """The path with its noise band, and the effect with its band and the released average
+    effect as a line with its interval (``capped``: its own, more precise release).
 
     Drawn from the released table and effect record only. The title says so when a noise band is
     wider than the public range of the outcome (the release is then mostly noise).
@@ -104,7 +105,7 @@ def plot_capped_png(table: pd.DataFrame, *, target: str, epsilon: float,
     for ax in (ax1, ax2):
         ax.axvline(x[post][0], color="grey", linestyle=":", linewidth=1.0)
         ax.legend(loc="best", fontsize=7)
-    title = band_title(f"DP synthetic control, k nearest donors (ε = {epsilon:g})", wide=wide,
+    title = band_title(f"{title} (ε = {epsilon:g})", wide=wide,
                        value_range=bounds, what="the path's noise band")
     ax1.set_title(title, fontsize=10)
     ax1.set_ylabel("outcome")

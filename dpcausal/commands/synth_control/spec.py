@@ -68,6 +68,9 @@ class CappedShares(StrictModel):
 
 
 CAPPED_FIELDS = ("k", "weights", "band", "releases", "shares", "path_noise")
+DPSC_FIELDS = {"ridge_lambda": "lambda", "sensitivity": "sensitivity", "step2": "step2",
+               "epsilon_split": "epsilon_split", "scaling": "scaling",
+               "release_weights": "release_weights"}
 
 
 def _default(name: str) -> object:
@@ -171,6 +174,11 @@ class SynthControlSection(StrictModel):
         stray = [f for f in CAPPED_FIELDS if getattr(self, f) != _default(f)]
         if self.method != "capped" and stray:
             raise ValueError(f"synth_control.{stray[0]} is only used with method: capped")
+        dpsc = [name for f, name in DPSC_FIELDS.items() if getattr(self, f) != _default(f)]
+        if self.method == "capped" and dpsc:
+            raise ValueError(f"synth_control.{dpsc[0]} is only used with method: out or obj "
+                             "(method: capped has no ridge, no [-1, 1] mapping and no weights "
+                             "beyond the chosen donors)")
         if self.privacy_unit == "individual" and self.method != "capped":
             raise ValueError("synth_control.privacy_unit: individual needs method: capped")
         if (self.privacy_unit == "individual") != (self.individual is not None):
