@@ -35,10 +35,11 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def dpsc_out(d: dict[str, Any]) -> None:
-    """The example config turned into the paper's DPSC_out at ε = 20 (its former settings)."""
+    """The example config turned into the paper's DPSC_out at ε = 20 with λ = T0 (its former
+    settings)."""
     for key in ("k", "weights", "band", "releases", "shares"):
         d["synth_control"].pop(key, None)
-    d["synth_control"]["method"] = "out"
+    d["synth_control"].update({"method": "out", "lambda": "T0"})
     d["privacy"]["epsilon"] = 20.0
 
 

@@ -243,3 +243,18 @@ def test_printed_halfwidths_cover_at_their_level_three_arms(kind: str) -> None:
         assert_coverage_three_arm(cov, 0.05)
         assert hw == pytest.approx(scale * (np.log(20) if kind == "laplace" or mech is not
                                             mechs.path else 1.959964), rel=1e-6)
+
+
+def test_capped_release_law_is_unit_free() -> None:
+    """Rescaling the outcome and its bounds by 1000 scales every noise scale and half-width by
+    1000 and changes no ε: the release's law is the same in the outcome's units."""
+    frame = panel()
+    a = plan_of(make_spec(eps=2.0, k=3, band=0.2, releases={"fit": True}), frame)
+    spec_b = make_spec(eps=2.0, k=3, band=0.2, releases={"fit": True})
+    spec_b = spec_b.model_copy(update={"bounds": spec_b.bounds.model_copy(
+        update={"outcome": (0.0, 100_000.0)})})
+    b = plan_of(spec_b, frame)
+    assert [e.epsilon for e in a.events] == [e.epsilon for e in b.events]
+    for ea, eb in zip(a.events, b.events, strict=True):
+        assert eb.noise_scale == pytest.approx(1000 * ea.noise_scale)
+    assert b.predicted().halfwidth == pytest.approx(1000 * a.predicted().halfwidth)

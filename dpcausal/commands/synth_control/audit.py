@@ -31,6 +31,7 @@ from dpcausal.commands.synth_control.panel import (
     structure_columns,
     value_matrix,
 )
+from dpcausal.commands.synth_control.plan import penalty_of
 from dpcausal.commands.synth_control.spec import SynthControlSpec
 from dpcausal.errors import SpecError
 from dpcausal.io.tables import read_table
@@ -92,9 +93,8 @@ def neighbours(spec: SynthControlSpec, frame: pd.DataFrame, rng: np.random.Gener
     omap = OutcomeMap.from_spec(spec)
     layout = _layout(spec, frame)
     lo_m, hi_m = (float(v) for v in omap.forward(np.array([omap.lo, omap.hi])))
-    periods, t0 = layout.periods, layout.t0
-    rule = spec.synth_control.ridge_lambda
-    lam = float(t0) if rule == "T0" else float(rule)
+    periods = layout.periods
+    lam = penalty_of(spec, layout).lam
     quiet: pd.DataFrame | None = None
     for i in range(k):
         j = int(rng.integers(layout.n))

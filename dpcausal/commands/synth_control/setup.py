@@ -1,12 +1,12 @@
 """synth-control's public setup: the neighbouring relation, the side file holding the panel's
-structure, the ridge λ and the checks made before any value is read."""
+structure and the checks made before any value is read."""
 
 from __future__ import annotations
 
+from dpcausal.commands.synth_control import ridge_penalty
 from dpcausal.commands.synth_control.panel import structure_columns
 from dpcausal.commands.synth_control.spec import SynthControlSpec
 from dpcausal.errors import SpecError, UncertifiedModeError
-from dpcausal.learners.rounding import cholesky_completes, gamma
 from dpcausal.method import SideInput
 
 COMMAND = "synth-control"
@@ -46,22 +46,14 @@ def side_inputs(spec: SynthControlSpec) -> dict[str, SideInput]:
                                "panel structure (unit and time columns of the data file)")}
 
 
-def ridge_lambda(spec: SynthControlSpec, t0: int) -> tuple[float, str]:
-    lam = spec.synth_control.ridge_lambda
-    if lam == "T0":
-        return float(t0), "T0 (public rule)"
-    return float(lam), "spec"
-
-
 def check_lambda(lam: float, n: int, t0: int) -> None:
     """Refuse, before any value is read, a λ so small that the Cholesky solve of the ridge
     (X_preX_preᵀ + (λ/2)I, entries of X in [−1, 1], norm ≤ nT0) could fail on the data: a failed
     factorisation would be an exit that depends on the data (issue #13)."""
-    p = min(n, t0)
-    slack = gamma(max(n, t0) + 1) * n * t0  # rounding of the computed Gram matrix
-    if not cholesky_completes(p, n * t0 + lam / 2.0 + slack, lam / 2.0 - slack):
+    if not ridge_penalty.is_safe(lam, n, t0):
         raise SpecError(f"synth_control.lambda: {lam:g} is too small for a float64 ridge solve on "
-                        f"{n} donors and {t0} pre-periods that cannot fail; raise it (default T0)")
+                        f"{n} donors and {t0} pre-periods that cannot fail; raise it (or use the "
+                        "default rule, total)")
 
 
 def check_mode(spec: SynthControlSpec) -> None:

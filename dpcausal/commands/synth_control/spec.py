@@ -136,8 +136,11 @@ class SynthControlSection(StrictModel):
     allow_uncertified: bool = False
     """Allow method: obj (DPSC_obj), which is not ε-DP as published (default false: refused
     with exit 3). Its receipt says dp_guarantee: false and it is still charged to the ledger."""
-    ridge_lambda: Annotated[PositiveFinite | Literal["T0"], Field(alias="lambda")] = "T0"
-    """Ridge penalty λ of (1/T0)‖y − Xᵀf‖² + (λ/(2T0))‖f‖²; the default is the public rule λ = T0."""
+    ridge_lambda: Annotated[PositiveFinite | Literal["T0", "total"], Field(alias="lambda")] = "total"
+    """Ridge penalty λ of (1/T0)‖y − Xᵀf‖² + (λ/(2T0))‖f‖² on the mapped panel (unit-free). total
+    (default): the public rule that minimises the plan's noise bound plus the shrinkage
+    λ/(2T0 + λ) over λ ∈ T0·{0.01, …, 1000} (small λ at large ε, large λ at small ε). T0: the
+    paper's choice (can shrink the effect enough to flip its sign). A number: that λ."""
     sensitivity: Literal["tight", "paper"] = "tight"
     """tight: min(√(2T0/λ), (4T0/λ)(1 + √(nT0/(2λ)))) (rigorous, = √(2T0/λ) when λ ≤ 2T0);
     paper: 4T0√(8+n)/λ (Lemma 3.7, valid but loose)."""
