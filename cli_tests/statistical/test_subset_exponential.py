@@ -112,3 +112,43 @@ def test_refuses_bad_parameters() -> None:
         mech.release(np.zeros(2), rng=noise_generator(0))
     with pytest.raises(ValueError, match="finite"):
         mech.release(np.array([0.0, np.nan, 1.0]), rng=noise_generator(0))
+
+
+def joint_exact_loss(ua: np.ndarray, ub: np.ndarray, k: int, temperature: float) -> float:
+    """max over joint outputs of |Σ_i log-ratio_i|, by enumeration."""
+    los, his = [], []
+    for a, b in zip(ua, ub, strict=True):
+        la, lb = exact_law(a, k, temperature), exact_law(b, k, temperature)
+        ratios = [math.log(la[s]) - math.log(lb[s]) for s in la]
+        los.append(min(ratios))
+        his.append(max(ratios))
+    return max(sum(his), -sum(los))
+
+
+def test_subset_family_loss_within_epsilon_under_its_relation() -> None:
+    """One selection moves every utility (≤ Δ each), every other moves one utility (≤ Δ): the
+    exact joint loss is within ε; a family moved beyond the relation (two full rows) can exceed."""
+    from dpcausal.mechanisms import SubsetSelectionFamily
+
+    rng = np.random.default_rng(5)
+    eps, delta_u = 1.0, 0.4
+    for _ in range(150):
+        m, pool = int(rng.integers(1, 4)), int(rng.integers(2, 5))
+        k = int(rng.integers(1, pool + 1))
+        fam = SubsetSelectionFamily(eps, delta_u, k, m, stage="f")
+        u = rng.normal(0, 1, (m, pool))
+        v = u.copy()
+        j = int(rng.integers(m))
+        v[j] += rng.uniform(-delta_u, delta_u, pool)
+        for i in range(m):
+            if i != j:
+                v[i, rng.integers(pool)] += rng.choice([-1.0, 1.0]) * delta_u
+        loss = fam.family_loss(fam.temperature, k, u, v)
+        assert loss == pytest.approx(joint_exact_loss(u, v, k, fam.temperature), abs=1e-9)
+        assert loss <= eps * (1 + 1e-12)
+    fam = SubsetSelectionFamily(eps, delta_u, 1, 2, stage="f")  # factor 2k + m − 1 = 3
+    u = np.array([[0.0, -50.0], [0.0, -50.0]])
+    v = u + np.array([[0.0, 3 * delta_u], [0.0, 3 * delta_u]])  # outside the relation
+    assert fam.family_loss(fam.temperature, 1, u, v) > eps
+    draws = fam.release_many(np.zeros((2, 3)), 100, rng=noise_generator(1))
+    assert draws.shape == (100, 2, 3) and np.all(draws.sum(axis=2) == 1)

@@ -179,3 +179,60 @@ def test_fixed_sets_and_the_private_choice_stay_within_their_bounds(unit: str) -
         got = shifts(values(spec, layout, x, x[0], conditioning_sets(n, k)[0]),
                      values(spec, layout, xp, x[0], conditioning_sets(n, k)[0]))
         assert got[capped.STAGE_AVERAGE] == pytest.approx(planned[capped.STAGE_AVERAGE])
+
+
+@pytest.mark.parametrize(("unit", "choice"), [("donor", "nearest"), ("donor", "private"),
+                                              ("individual", "private")])
+def test_placebo_effects_stay_within_their_l1_bound(unit: str, choice: str) -> None:
+    """The n placebo effects move by at most placebo_l1 in ℓ1 (nearest: recomputed sets; private:
+    every fixed family of sets); the family with the changed donor in every other set attains
+    the private bound; each placebo's distances move as SubsetSelectionFamily assumes."""
+    rng = np.random.default_rng(23)
+    section: dict[str, Any] = {"weights": choice, "releases": {"placebos": True}}
+    if unit == "individual":
+        section |= {"privacy_unit": "individual",
+                    "individual": {"contribution": 300.0, "population": 1000.0}}
+    for n, t0, h, k in [(4, 3, 2, 2), (5, 4, 3, 1), (3, 2, 2, 2)]:
+        spec, layout, _ = setup(n, t0, h, k, **section)
+        scales = scales_of(spec, layout)
+        mechs = mechanisms_of(spec, layout)
+        assert mechs.placebos is not None
+        bound = mechs.placebos.event().sensitivity
+        assert bound == pytest.approx(scales.placebo_l1(n))
+        kp = scales.placebo_k(n)
+        for _ in range(150):
+            x, _ = random_panel(rng, n, t0 + h)
+            xp = x.copy()
+            j = int(rng.integers(n))
+            if unit == "individual":
+                xp[j] = np.clip(x[j], LO, HI) + scales.placebo_change * rng.choice([-1.0, 1.0], t0 + h)
+            else:
+                xp[j] = rng.choice([LO, HI], t0 + h) if rng.uniform() < 0.5 else rng.uniform(LO, HI, t0 + h)
+            if choice == "nearest":
+                a = capped.placebo_values(x, scales, t0)[1]
+                b = capped.placebo_values(xp, scales, t0)[1]
+                assert np.abs(a - b).sum() <= bound * (1 + SLACK)
+                continue
+            xb, xbp = np.clip(x, LO, HI), np.clip(xp, LO, HI)
+            d, dp = capped.placebo_distances(xb, t0), capped.placebo_distances(xbp, t0)
+            moved = np.abs(d - dp)
+            assert moved.max() <= mechs.placebo_choice.event().sensitivity * (1 + SLACK)
+            others = [p for p in range(n) if p != j]
+            assert all(np.count_nonzero(moved[p] > 1e-12) <= 1 for p in others)
+            family = capped.nearest_rows(rng.uniform(size=(n, n - 1)), kp)
+            a = capped.placebo_effects(xb, family, kp, t0)
+            b = capped.placebo_effects(xbp, family, kp, t0)
+            assert np.abs(a - b).sum() <= bound * (1 + SLACK)
+        if choice == "private":  # attained: j in every other set, its cells all moved down
+            j = 0
+            pools = capped.placebo_pools(n)
+            family = np.zeros((n, n - 1))
+            for p in range(n):
+                pos = 0 if p == j else int(np.flatnonzero(pools[p] == j)[0])
+                family[p, [(pos + i) % (n - 1) for i in range(kp)]] = 1.0
+            x = np.full((n, t0 + h), HI)
+            xp = x.copy()
+            xp[j] -= scales.placebo_change
+            gap = np.abs(capped.placebo_effects(x, family, kp, t0)
+                         - capped.placebo_effects(xp, family, kp, t0)).sum()
+            assert gap == pytest.approx(bound)

@@ -258,3 +258,29 @@ def test_capped_release_law_is_unit_free() -> None:
     for ea, eb in zip(a.events, b.events, strict=True):
         assert eb.noise_scale == pytest.approx(1000 * ea.noise_scale)
     assert b.predicted().halfwidth == pytest.approx(1000 * a.predicted().halfwidth)
+
+
+@pytest.mark.parametrize("weights", ["nearest", "private"])
+def test_placebos_release_and_plan(weights: str) -> None:
+    frame = panel(n=6)
+    spec = make_spec(eps=1e9, k=2, weights=weights, releases={"placebos": True, "path": False})
+    plan = plan_of(spec, frame)
+    stages = [e.stage for e in plan.events]
+    assert capped.STAGE_PLACEBOS in stages
+    assert (capped.STAGE_PLACEBO_CHOICE in stages) == (weights == "private")
+    if weights == "private":
+        fam = plan.event(capped.STAGE_PLACEBO_CHOICE)
+        assert fam.kind == "subset_family" and fam.params["factor"] == 2 * 2 + 6 - 1
+    l1 = plan.event(capped.STAGE_PLACEBOS).sensitivity
+    assert l1 == pytest.approx(100.0 * (1 + 5 / 2) if weights == "private"
+                               else 100.0 + 100.0 + 5 * 100.0 / 2)
+    rel = run(spec, frame, 4)
+    table = rel.tables["placebos"]
+    assert list(table.unit) == [f"D{i}" for i in range(6)]
+    layout = build_layout(spec, frame, None)
+    piv = frame.pivot(index="unit", columns="time", values="y")
+    x = piv.loc[list(layout.donors)].to_numpy()
+    _, expected = capped.placebo_values(x, scales_of(spec, layout), layout.t0)
+    np.testing.assert_allclose(table.placebo_effect, expected, atol=1e-4)
+    doc = rel.documents["effect.json"]["placebos"]
+    assert doc["count"] == 6 and 0 < doc["rank_p_value"] <= 1

@@ -22,7 +22,7 @@ inside float64's range (1.8e308). A larger scale comes only from an ε (or ε sh
 public bounds so wide, that the release would be nothing but noise."""
 
 EventKind = Literal["laplace", "gaussian", "exponential", "l2_laplace", "gaussian_process",
-                    "subset_exponential"]
+                    "subset_exponential", "subset_family"]
 
 
 def check_noise_scale(stage: str, epsilon: float, scale: float) -> None:

@@ -42,6 +42,21 @@ def log_partition(logits: npt.ArrayLike, k: int) -> float:
     return float(log_esp_suffixes(logits, k)[0, k])
 
 
+def log_ratio_range(temperature: float, k: int, a: npt.ArrayLike,
+                    b: npt.ArrayLike) -> tuple[float, float]:
+    """(min, max) over k-subsets S of log P_a(S) − log P_b(S), P_u(S) ∝ exp(u(S)/T).
+
+    The difference is Σ_{j∈S} d_j − (log Z_a − log Z_b) with d = (a − b)/T, linear in the
+    subset's sum of d: its extremes are the sums of the k smallest and k largest d_j.
+    """
+    ua = np.asarray(a, dtype=np.float64) / temperature
+    ub = np.asarray(b, dtype=np.float64) / temperature
+    d = np.sort(ua - ub)
+    dz = log_partition(ua - ua.max(), k) + k * ua.max() - (
+        log_partition(ub - ub.max(), k) + k * ub.max())
+    return float(np.sum(d[:k])) - dz, float(np.sum(d[-k:])) - dz
+
+
 @dataclass(frozen=True, slots=True)
 class SubsetExponentialMechanism:
     """Select a k-subset S of n items with probability ∝ exp(ε·Σ_{j∈S} u_j / Δ_u).
@@ -116,17 +131,10 @@ class SubsetExponentialMechanism:
     def selection_loss(noise_scale: float, k: int, a: npt.ArrayLike, b: npt.ArrayLike) -> float:
         """The exact max_S |log P_a(S) − log P_b(S)| between item utilities ``a`` and ``b``.
 
-        log P_a(S) − log P_b(S) = Σ_{j∈S} d_j − (log Z_a − log Z_b) with d = (a − b)/T, linear in
-        the subset's sum of d: its extremes are the sums of the k largest and k smallest d_j.
-        Valid for any a, b (also when more than one item moved).
+        Valid for any a, b (also when more than one item moved): :func:`log_ratio_range`.
         """
-        ua = np.asarray(a, dtype=np.float64) / noise_scale
-        ub = np.asarray(b, dtype=np.float64) / noise_scale
-        d = np.sort(ua - ub)
-        dz = log_partition(ua - ua.max(), k) + k * ua.max() - (
-            log_partition(ub - ub.max(), k) + k * ub.max())
-        top, bottom = float(np.sum(d[-k:])), float(np.sum(d[:k]))
-        return float(max(abs(top - dz), abs(bottom - dz)))
+        lo, hi = log_ratio_range(noise_scale, k, a, b)
+        return float(max(hi, -lo))
 
     def inclusion_probabilities(self, utilities: npt.ArrayLike) -> FloatArray:
         """P(j ∈ S) for every item (for tests and audits only: never released)."""
@@ -173,3 +181,87 @@ class SubsetExponentialMechanism:
         if u.size < self.k:
             raise ValueError(f"cannot choose {self.k} items out of {u.size}")
         return np.asarray((u - u.max()) / self.temperature, dtype=np.float64)
+
+
+@dataclass(frozen=True, slots=True)
+class SubsetSelectionFamily:
+    """m independent k-subset selections (one per row of a utility matrix), each by
+    P_i(S) ∝ exp(Σ_{j∈S} u_ij / T), with T = (2k + m − 1)·Δ_u/ε.
+
+    Notes
+    -----
+    Neighbouring relation: the caller's, under which one neighbour moves (i) every utility of at
+    most one selection, each by at most Δ_u, and (ii) at most one utility of every other
+    selection, by at most Δ_u. (synth-control's placebos: changing donor j moves every distance
+    of the placebo with j as its target, and j's own distance in every other placebo's pool.)
+
+    Guarantee: pure ε-DP. The selections are independent, so the log-ratio of a joint output is
+    the sum of theirs. The selection of (i) moves every k-subset's utility by at most kΔ_u and
+    the partition function by the same factor range: |log-ratio| ≤ 2kΔ_u/T. Each selection of
+    (ii) is the one-item case of :class:`SubsetExponentialMechanism`: ≤ Δ_u/T. With m − 1 of
+    them the total is ≤ (2k + m − 1)Δ_u/T = ε.
+    """
+
+    epsilon: float
+    utility_sensitivity: float
+    k: int
+    selections: int
+    stage: str = "subset_family"
+
+    def __post_init__(self) -> None:
+        check_epsilon(self.epsilon)
+        check_sensitivity(self.utility_sensitivity)
+        if self.utility_sensitivity == 0:
+            raise ValueError("utility_sensitivity must be > 0 for the exponential mechanism")
+        for name in ("k", "selections"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | np.integer) and value >= 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_noise_scale(self.stage, self.epsilon, self.temperature)
+
+    @property
+    def factor(self) -> int:
+        """2k + m − 1: how many Δ_u/T one neighbour can add up to (class Notes)."""
+        return 2 * int(self.k) + int(self.selections) - 1
+
+    @property
+    def temperature(self) -> float:
+        """T = (2k + m − 1)·Δ_u/ε."""
+        return self.factor * self.utility_sensitivity / self.epsilon
+
+    def event(self) -> PrivacyEvent:
+        """Return the cost of this mechanism."""
+        return PrivacyEvent(
+            kind="subset_family", stage=self.stage, epsilon=self.epsilon, delta=0.0,
+            sensitivity=self.utility_sensitivity, norm="utility",
+            noise_scale=self.temperature,
+            params={"k": int(self.k), "selections": int(self.selections),
+                    "factor": self.factor},
+        )
+
+    @staticmethod
+    def noise_curve(noise_scale: float, shift: float, params: Mapping[str, Any]) -> PrivacyCurve:
+        """Pure ε = factor·shift/T when the utilities move as in the class Notes by ``shift``."""
+        return PrivacyCurve("pure", float(params["factor"]) * loss_ratio(shift, noise_scale))
+
+    @staticmethod
+    def family_loss(noise_scale: float, k: int, a: npt.ArrayLike, b: npt.ArrayLike) -> float:
+        """The exact max over joint outputs of |Σ_i log-ratio_i| between utility matrices."""
+        ua, ub = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        ranges = [log_ratio_range(noise_scale, k, ua[i], ub[i]) for i in range(ua.shape[0])]
+        return float(max(sum(hi for _, hi in ranges), -sum(lo for lo, _ in ranges)))
+
+    def release(self, utilities: npt.ArrayLike, *, rng: np.random.Generator) -> FloatArray:
+        """One 0/1 indicator row per selection (k ones each)."""
+        return np.asarray(self.release_many(utilities, 1, rng=rng)[0], dtype=np.float64)
+
+    def release_many(self, utilities: npt.ArrayLike, count: int, *,
+                     rng: np.random.Generator) -> FloatArray:
+        """``count`` independent joint releases, shape (count, m, pool)."""
+        u = np.asarray(utilities, dtype=np.float64)
+        if u.ndim != 2 or u.shape[0] != self.selections:
+            raise ValueError(f"utilities must be a ({self.selections}, pool) matrix")
+        one = SubsetExponentialMechanism(self.epsilon, self.utility_sensitivity * self.factor,
+                                         self.k, stage=self.stage)  # the same temperature T
+        return np.stack([one.release_many(u[i], count, rng=rng) for i in range(u.shape[0])],
+                        axis=1)

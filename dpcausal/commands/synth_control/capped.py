@@ -25,6 +25,7 @@ from dpcausal.mechanisms import (
     GaussianMechanism,
     LaplaceMechanism,
     SubsetExponentialMechanism,
+    SubsetSelectionFamily,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -35,6 +36,8 @@ STAGE_CHOICE = "synth_control.donor_choice"
 STAGE_AVERAGE = "synth_control.average_effect"
 STAGE_PATH = "synth_control.path"
 STAGE_FIT = "synth_control.pre_rmspe"
+STAGE_PLACEBO_CHOICE = "synth_control.placebo_choice"
+STAGE_PLACEBOS = "synth_control.placebo_effects"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,27 @@ class CappedScales:
         fixed by an earlier release): c·cell_change."""
         moved = self.width if self.choice == "nearest" else self.cell_change
         return moved / self.k
+
+    @property
+    def placebo_change(self) -> float:
+        """The most one neighbour moves one donor cell clipped to the bounds (placebos use no
+        band): hi − lo, or min(contribution/population, hi − lo)."""
+        r = self.hi - self.lo
+        return r if self.person_change is None else min(self.person_change, r)
+
+    def placebo_l1(self, n: int) -> float:
+        """ℓ1 sensitivity of the n placebo average effects (docs/proofs/synth_control_estimand.md
+        §5): the changed donor's own placebo moves by ≤ change (+ hi − lo if its k nearest may
+        all change: ``nearest``); every other placebo by ≤ (hi − lo)/k (``nearest``: one swap)
+        or change/k (``private``: the sets are an earlier release)."""
+        r, cc, k = self.hi - self.lo, self.placebo_change, self.placebo_k(n)
+        if self.choice == "nearest":
+            return cc + r + (n - 1) * r / k
+        return cc * (1.0 + (n - 1) / k)
+
+    def placebo_k(self, n: int) -> int:
+        """Donors averaged by each placebo: k, at most the n − 1 others."""
+        return min(self.k, n - 1)
 
     @property
     def utility_sensitivity(self) -> float:
@@ -185,6 +209,48 @@ def released_values(p: Prepared, chosen: FloatArray, k: int, t0: int,
             STAGE_FIT: np.array([rmspe(p.yc, cf, t0)])}
 
 
+def placebo_pools(n: int) -> FloatArray:
+    """pools[p] = the donors other than p, in order (each placebo's donor pool)."""
+    return np.array([[i for i in range(n) if i != p] for p in range(n)], dtype=np.int64)
+
+
+def placebo_distances(xb: FloatArray, t0: int) -> FloatArray:
+    """d[p, i] = RMS over the pre-period of x_{pool_p[i]} − x_p (donors clipped to the bounds)."""
+    n = xb.shape[0]
+    pools = placebo_pools(n)
+    diff = xb[pools][:, :, :t0] - xb[:, None, :t0]
+    return np.asarray(np.sqrt(np.mean(diff * diff, axis=2)), dtype=np.float64)
+
+
+def placebo_effects(xb: FloatArray, chosen: FloatArray, k: int, t0: int) -> FloatArray:
+    """Each donor's placebo average post effect: its own post mean minus that of its k chosen
+    donors (``chosen[p]`` indicates members of placebo p's pool)."""
+    pools = placebo_pools(xb.shape[0])
+    post = xb[:, t0:].mean(axis=1)
+    synth = np.einsum("pi,pi->p", chosen, post[pools]) / k
+    return np.asarray(post - synth, dtype=np.float64)
+
+
+def placebo_values(x_raw: FloatArray, scales: CappedScales, t0: int,
+                   choose: Any = None) -> tuple[FloatArray, FloatArray]:
+    """(each placebo's chosen set, the n placebo effects before noise).
+
+    Donors are clipped to the bounds (no band). ``choose(utilities)`` draws the sets (the private
+    choice through the run's guard); None: the k nearest in every pool.
+    """
+    xb = np.clip(np.asarray(x_raw, dtype=np.float64), scales.lo, scales.hi)
+    n = xb.shape[0]
+    k = scales.placebo_k(n)
+    d = placebo_distances(xb, t0)
+    chosen = nearest_rows(d, k) if choose is None else np.asarray(choose(-d), dtype=np.float64)
+    return chosen, placebo_effects(xb, chosen, k, t0)
+
+
+def nearest_rows(d: FloatArray, k: int) -> FloatArray:
+    """:func:`nearest` on every row."""
+    return np.vstack([nearest(row, k) for row in d])
+
+
 @dataclass(frozen=True)
 class CappedMechanisms:
     """The mechanisms of one capped release (shared by the plan and the run, so the noise guard
@@ -195,10 +261,13 @@ class CappedMechanisms:
     path: LaplaceMechanism | GaussianMechanism | None
     fit: LaplaceMechanism | None
     blocks: int
+    placebo_choice: SubsetSelectionFamily | None = None
+    placebos: LaplaceMechanism | None = None
 
     def all(self) -> list[Any]:
         """The present mechanisms, in release order."""
-        return [m for m in (self.choice, self.average, self.path, self.fit) if m is not None]
+        return [m for m in (self.choice, self.average, self.path, self.fit, self.placebo_choice,
+                            self.placebos) if m is not None]
 
 
 def path_mechanism(kind: PathNoise, epsilon: float, delta: float, scales: CappedScales,
@@ -233,7 +302,8 @@ def resolve_path_noise(mode: str, epsilon: float, delta: float, scales: CappedSc
 
 
 def build_mechanisms(scales: CappedScales, epsilons: dict[str, float], delta: float,
-                     path_kind: PathNoise | None, blocks: int) -> CappedMechanisms:
+                     path_kind: PathNoise | None, blocks: int,
+                     n: int | None = None) -> CappedMechanisms:
     """Every mechanism from the public scales and the ε of each stage (``epsilons`` by stage).
 
     Notes
@@ -249,6 +319,10 @@ def build_mechanisms(scales: CappedScales, epsilons: dict[str, float], delta: fl
       the k donors are the earlier release, fixed): Laplace(s/ε_a).
     * path: :func:`path_mechanism`; fit: the RMSPE moves by ≤ RMS of per-period changes ≤ s:
       Laplace(s/ε_f).
+    * placebos (the n donors' own placebo effects, donors clipped to the bounds): with
+      ``private``, their k-subsets by :class:`SubsetSelectionFamily` (one donor moves every
+      distance of its own placebo and its own distance in every other, each by ≤ placebo_change);
+      the effects by Laplace at ℓ1 sensitivity :meth:`CappedScales.placebo_l1`.
 
     Guarantee: the stages read the same donors and compose sequentially (adaptively: the later
     stages' sensitivities hold for every earlier output): Σ ε_stage, δ of the Gaussian path.
@@ -265,4 +339,13 @@ def build_mechanisms(scales: CappedScales, epsilons: dict[str, float], delta: fl
     fit = None
     if STAGE_FIT in epsilons:
         fit = LaplaceMechanism(epsilons[STAGE_FIT], scales.per_period, stage=STAGE_FIT)
-    return CappedMechanisms(choice, average, path, fit, blocks)
+    placebo_choice = placebos = None
+    if STAGE_PLACEBOS in epsilons:
+        assert n is not None
+        if STAGE_PLACEBO_CHOICE in epsilons:
+            placebo_choice = SubsetSelectionFamily(
+                epsilons[STAGE_PLACEBO_CHOICE], scales.placebo_change, scales.placebo_k(n), n,
+                stage=STAGE_PLACEBO_CHOICE)
+        placebos = LaplaceMechanism(epsilons[STAGE_PLACEBOS], scales.placebo_l1(n),
+                                    stage=STAGE_PLACEBOS)
+    return CappedMechanisms(choice, average, path, fit, blocks, placebo_choice, placebos)

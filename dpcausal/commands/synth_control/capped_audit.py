@@ -59,13 +59,43 @@ def pre_noise(spec: SynthControlSpec, frame: pd.DataFrame, plan: PrivacyPlan,
         values = capped.released_values(prep, chosen, sec.k, layout.t0, slices)
         return {s: v for s, v in values.items() if s in stages}
 
+    out: dict[str, Any] = {}
+    if capped.STAGE_PLACEBOS in stages:
+        out.update(placebo_inputs(x_raw, scales, layout.t0,
+                                  capped.STAGE_PLACEBO_CHOICE in stages))
     if capped.STAGE_CHOICE not in stages:
-        return dict(inputs(capped.nearest(prep.d, sec.k)))
+        return {**out, **inputs(capped.nearest(prep.d, sec.k))}
     rows = [inputs(s) for s in conditioning_sets(layout.n, sec.k)]
-    out: dict[str, Any] = {capped.STAGE_CHOICE: -prep.d}
+    out[capped.STAGE_CHOICE] = -prep.d
     for stage in rows[0]:
         out[stage] = np.vstack([r[stage] for r in rows])
     return out
+
+
+def placebo_inputs(x_raw: FloatArray, scales: capped.CappedScales, t0: int,
+                   private: bool) -> dict[str, Any]:
+    """The placebo stages' inputs. ``private``: the utility matrix, then the effects conditioned
+    on, for each donor j, a family in which every other placebo's set contains j (the worst
+    case for j, whose own placebo's set is any fixed one)."""
+    n = x_raw.shape[0]
+    if not private:
+        _, effects = capped.placebo_values(x_raw, scales, t0)
+        return {capped.STAGE_PLACEBOS: effects}
+    k = scales.placebo_k(n)
+    pools = capped.placebo_pools(n)
+    xb = np.clip(x_raw, scales.lo, scales.hi)
+    rows = []
+    for j in range(n):
+        family = np.zeros((n, n - 1))
+        for p in range(n):
+            members = list(range(k))  # j's own placebo: any fixed set
+            if p != j:
+                pos = int(np.flatnonzero(pools[p] == j)[0])
+                members = [pos, *[(pos + 1 + i) % (n - 1) for i in range(k - 1)]]
+            family[p, members] = 1.0
+        rows.append(capped.placebo_effects(xb, family, k, t0))
+    return {capped.STAGE_PLACEBO_CHOICE: -capped.placebo_distances(xb, t0),
+            capped.STAGE_PLACEBOS: np.vstack(rows)}
 
 
 def neighbours(spec: SynthControlSpec, frame: pd.DataFrame, rng: np.random.Generator, k: int,

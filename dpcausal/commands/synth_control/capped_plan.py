@@ -15,6 +15,7 @@ from dpcausal.mechanisms.noise_law import event_halfwidth, law_label
 AVERAGE = "average_post_effect"
 PATH = "counterfactual"
 FIT = "pre_period_rmspe"
+PLACEBO = "placebo_effect"
 
 
 def scales_of(spec: SynthControlSpec, layout: PanelLayout) -> capped.CappedScales:
@@ -47,6 +48,10 @@ def stage_epsilons(spec: SynthControlSpec, choice: capped.Choice) -> dict[str, f
         shares[capped.STAGE_PATH] = sec.shares.path
     if sec.releases.fit:
         shares[capped.STAGE_FIT] = sec.shares.fit
+    if sec.releases.placebos:
+        shares[capped.STAGE_PLACEBOS] = sec.shares.placebos
+        if choice == "private":
+            shares[capped.STAGE_PLACEBO_CHOICE] = sec.shares.placebo_choice
     total = sum(shares.values())
     eps = spec.privacy.epsilon
     return {stage: eps * w / total for stage, w in shares.items()}
@@ -66,14 +71,17 @@ def mechanisms_of(spec: SynthControlSpec, layout: PanelLayout) -> capped.CappedM
                             "small δ (e.g. 1e-6) or use path_noise: laplace")
         kind = capped.resolve_path_noise(sec.path_noise, epsilons[capped.STAGE_PATH], delta,
                                          scales, blocks)
-    return capped.build_mechanisms(scales, epsilons, delta, kind, blocks)
+    if sec.releases.placebos and layout.n < 2:
+        raise SpecError("synth_control.releases.placebos: placebos need at least 2 donors")
+    return capped.build_mechanisms(scales, epsilons, delta, kind, blocks, layout.n)
 
 
 def predicted(mechs: capped.CappedMechanisms, alpha: float) -> tuple[PredictedAccuracy, ...]:
     """Predicted (1 − α) noise half-width of every released number, in outcome units (exact:
     one Laplace or Gaussian coordinate each; the path's value is that of one period's block)."""
     out = []
-    for name, mech in ((AVERAGE, mechs.average), (PATH, mechs.path), (FIT, mechs.fit)):
+    for name, mech in ((AVERAGE, mechs.average), (PATH, mechs.path), (FIT, mechs.fit),
+                       (PLACEBO, mechs.placebos)):
         if mech is None:
             continue
         ev = mech.event()

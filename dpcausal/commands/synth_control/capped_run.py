@@ -16,7 +16,7 @@ from dpcausal.commands.synth_control.panel import PanelLayout, _plain
 from dpcausal.commands.synth_control.plot import plot_capped_png
 from dpcausal.commands.synth_control.setup import COMMAND
 from dpcausal.commands.synth_control.spec import SynthControlSpec
-from dpcausal.intervals import interval_bounds, interval_record
+from dpcausal.intervals import add_interval_columns, interval_bounds, interval_record
 from dpcausal.mechanisms import GaussianMechanism, LaplaceMechanism, NoiseGuard
 from dpcausal.mechanisms.noise_law import event_halfwidth, law_label
 from dpcausal.method import Release
@@ -51,6 +51,12 @@ def run_capped(spec: SynthControlSpec, layout: PanelLayout, x_raw: FloatArray, y
     slices = capped.block_slices(layout.h, sec.releases.path_blocks)
     values = capped.released_values(prep, chosen, k, t0, slices)
     lo_t, hi_t = prep.lo_t, prep.hi_t
+    placebos = None
+    if mechs.placebos is not None:
+        pick = (None if mechs.placebo_choice is None else
+                (lambda u: noise.release(mechs.placebo_choice, u)))
+        _, effects = capped.placebo_values(x_raw, scales, t0, pick)
+        placebos = np.asarray(noise.release(mechs.placebos, effects))
     del prep, x_raw
 
     y_post = y_raw[t0:]
@@ -82,6 +88,11 @@ def run_capped(spec: SynthControlSpec, layout: PanelLayout, x_raw: FloatArray, y
         doc["path"] = {"values": len(slices), "law": law(mechs.path), "level": 1.0 - alpha,
                        "per_period": sec.releases.path_blocks is None}
     release = Release(documents={"effect.json": doc}, tables={"counterfactual": table})
+    if placebos is not None:
+        assert mechs.placebos is not None
+        release.tables["placebos"], doc["placebos"] = _placebos(
+            layout, placebos, halfwidth(mechs.placebos, alpha), scales,
+            doc["average_post_effect"]["estimate"], law(mechs.placebos))
     if mechs.choice is not None:
         release.tables["weights"] = pd.DataFrame({
             "unit": [_plain(u) for u in layout.donors], "weight": chosen / k})
@@ -117,6 +128,28 @@ def _total_interval(effect: float, avg: LaplaceMechanism, fit: tuple[float, Lapl
             "law": ("noise (α/2) + model error (α/4), the RMSPE's noise (α/4); assumes the "
                     "post-period prediction errors are normal with sd at most the pre-period "
                     "RMSPE (no drift after the treatment)")}
+
+
+def _placebos(layout: PanelLayout, released: FloatArray, hw: float,
+              scales: capped.CappedScales, effect: float, noise_law: str
+              ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The placebo table (clamped to ±(hi − lo)) and its summary: the target's rank among the
+    placebos by absolute average effect (post-processing of released values only)."""
+    r = scales.hi - scales.lo
+    frame = pd.DataFrame({"unit": [_plain(u) for u in layout.donors],
+                          "placebo_effect": released})
+    frame = add_interval_columns(frame, "placebo_effect", hw, bounds=(-r, r))
+    shown = frame["placebo_effect"].to_numpy(dtype=np.float64)
+    larger = int(np.sum(np.abs(shown) >= abs(effect)))
+    return frame, {
+        "count": len(shown), "law": noise_law, "halfwidth": hw,
+        "placebos_at_least_as_large": larger,
+        "rank_p_value": (1 + larger) / (len(shown) + 1),
+        "note": ("the share of donors whose released placebo effect is at least as large in "
+                 "magnitude as the target's released effect (the permutation p-value of "
+                 "synthetic control), computed from noisy values: when the noise half-width is "
+                 "not small next to the effects, it says little"),
+    }
 
 
 def _table(layout: PanelLayout, y_raw: FloatArray, t0: int) -> pd.DataFrame:

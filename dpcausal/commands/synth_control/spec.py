@@ -49,6 +49,12 @@ class CappedReleases(StrictModel):
     fit: bool = False
     """Release the pre-period RMSPE of the synthetic control (charged): how well it tracked the
     target before the treatment. It also gives the average effect a total interval."""
+    placebos: bool = False
+    """Release every donor's in-space placebo effect (charged): each donor treated as the target,
+    its synthetic control from the other donors, its average post-period 'effect'. The standard
+    inference of synthetic control: an effect is convincing when the target's stands out. Each
+    donor's placebo reveals its own series, so under privacy_unit: donor the noise is about the
+    outcome's range (the dry run says so); useful under privacy_unit: individual."""
 
 
 class CappedShares(StrictModel):
@@ -65,6 +71,12 @@ class CappedShares(StrictModel):
     (default 0.3)."""
     fit: Share = 0.2
     """Relative share for the pre-period RMSPE when releases.fit is true (default 0.2)."""
+    placebos: Share = 0.3
+    """Relative share for the donors' placebo effects when releases.placebos is true (default
+    0.3)."""
+    placebo_choice: Share = 0.2
+    """Relative share for choosing every placebo's k donors when releases.placebos is true and
+    the donors are chosen privately (weights: private; default 0.2)."""
 
 
 CAPPED_FIELDS = ("k", "weights", "band", "releases", "shares", "path_noise")
