@@ -21,7 +21,9 @@ Reported (mean ± standard error over the repetitions, or medians):
 2. ε = 10⁹: the released average effect against two standard non-private estimators on the same
    panel — the capped-simplex least-squares fit (w ≥ 0, Σw = 1, w ≤ 1/k, by cvxpy) and the simplex
    synthetic control (Abadie: no cap) — and against the true effect, in spreads.
-3. ``privacy_unit: individual`` at ε = 1 with realistic public contribution bounds and minimum cell
+3. DPSC_out at ε = 10⁹: the default ``lambda: total`` against cross-validated ridge (scikit-learn
+   RidgeCV) and the former λ = T0, against the true effect.
+4. ``privacy_unit: individual`` at ε = 1 with realistic public contribution bounds and minimum cell
    populations: the share of releases within 5 % of the spread of the non-private estimate.
 """
 
@@ -31,6 +33,7 @@ import argparse
 import json
 import math
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -88,12 +91,14 @@ def capped_release(spec: SynthControlSpec, layout: Any, panel: Panel,
         per = np.concatenate([np.full(s.stop - s.start, path[i]) for i, s in enumerate(slices)])
         cf_exact = capped.counterfactual(prep.xc, capped.nearest(prep.d, sec.k), sec.k)[panel.t0:]
         out["path_rmse"] = float(np.sqrt(np.mean((per - cf_exact) ** 2)))
+        out["path_rmse_truth"] = float(np.sqrt(np.mean((per - panel.y0[panel.t0:]) ** 2)))
     return out
 
 
-def dpsc_out_rmse(shape: Shape, panel: Panel, epsilon: float) -> float:
-    """DPSC_out's exact RMSE over the noise against its own non-private path (outcome units)."""
-    spec = spec_for(shape, epsilon)
+def dpsc_out_rmse(shape: Shape, panel: Panel, epsilon: float, lam: str) -> tuple[float, float]:
+    """DPSC_out's exact RMSE over the noise against its own non-private path, and against the
+    true untreated path (bias² + noise), outcome units."""
+    spec = spec_for(shape, epsilon, **{"lambda": lam})
     frame = structure(shape)
     plan = METHOD.plan(spec, len(frame), {"panel": frame}, rng=np.random.default_rng(0))
     omap = OutcomeMap.from_spec(spec)
@@ -104,7 +109,29 @@ def dpsc_out_rmse(shape: Shape, panel: Panel, epsilon: float) -> float:
     post = dpsc.post_mechanism(plan.details["step2"], plan.details["epsilon2"], shape.n, shape.h)
     sq = dpsc.expected_sq_error(x[:, panel.t0:], f_reg, dpsc.coefficient_noise_variance(coef),
                                 dpsc.post_noise_variance(post))
-    return math.sqrt(sq / shape.h) * omap.unit_scale
+    bias = omap.inverse(x[:, panel.t0:].T @ f_reg) - panel.y0[panel.t0:]
+    noise = math.sqrt(sq / shape.h) * omap.unit_scale
+    return noise, math.sqrt(noise**2 + float(np.mean(bias**2)))
+
+
+def dpsc_effect(shape: Shape, panel: Panel, lam: float) -> float:
+    """DPSC's non-private average effect at λ (the ridge of the mapped panel, mapped back)."""
+    omap = OutcomeMap.from_spec(spec_for(shape, 1.0))
+    x, y = omap.forward(panel.x), omap.forward(panel.y)
+    f = dpsc.ridge_coefficients(x[:, :panel.t0], y[:panel.t0], lam)
+    return float(np.mean(panel.y[panel.t0:] - omap.inverse(x[:, panel.t0:].T @ f)))
+
+
+def cv_ridge_effect(shape: Shape, panel: Panel) -> float:
+    """Cross-validated ridge SC (scikit-learn RidgeCV, efficient leave-one-out over the
+    pre-periods, λ ∈ T0·{0.01, …, 100}, no intercept, on the same mapped panel)."""
+    from sklearn.linear_model import RidgeCV
+
+    omap = OutcomeMap.from_spec(spec_for(shape, 1.0))
+    x, y = omap.forward(panel.x), omap.forward(panel.y)
+    grid = np.array([0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0]) * panel.t0
+    fit = RidgeCV(alphas=grid / 2, fit_intercept=False).fit(x[:, :panel.t0].T, y[:panel.t0])
+    return float(np.mean(panel.y[panel.t0:] - omap.inverse(x[:, panel.t0:].T @ fit.coef_)))
 
 
 def fit_weights(panel: Panel, cap: float | None) -> np.ndarray:
@@ -114,7 +141,9 @@ def fit_weights(panel: Panel, cap: float | None) -> np.ndarray:
     cons = [w >= 0, cp.sum(w) == 1] + ([w <= cap] if cap is not None else [])
     scale = float(np.max(np.abs(panel.x))) or 1.0
     obj = cp.sum_squares((panel.y[:panel.t0] - panel.x[:, :panel.t0].T @ w) / scale)
-    cp.Problem(cp.Minimize(obj), cons).solve(solver=cp.CLARABEL)
+    with warnings.catch_warnings():  # "may be inaccurate": the reference fit, well within 1e-6
+        warnings.simplefilter("ignore", UserWarning)
+        cp.Problem(cp.Minimize(obj), cons).solve(solver=cp.CLARABEL)
     return np.clip(np.asarray(w.value, dtype=np.float64), 0.0, None)
 
 
@@ -158,9 +187,14 @@ def run(reps: int, seed: int) -> dict[str, Any]:
                 row.setdefault(f"{c}: within", []).append(float(err <= 1.0))
                 row.setdefault(f"{c}: |err|", []).append(err)
                 row.setdefault(f"{c}: path rmse", []).append(rel.get("path_rmse", math.nan) / spread)
+                row.setdefault(f"{c}: path rmse truth", []).append(
+                    rel.get("path_rmse_truth", math.nan) / spread)
                 row.setdefault(f"{c}: |exact - truth|", []).append(
                     abs(rel["avg_exact"] - panel.true_effect) / spread)
-            row.setdefault("dpsc_out path rmse", []).append(dpsc_out_rmse(shape, panel, 5.0) / spread)
+            for lam in ("T0", "total"):
+                noise, truth = dpsc_out_rmse(shape, panel, 5.0, lam)
+                row.setdefault(f"dpsc_out {lam} path rmse", []).append(noise / spread)
+                row.setdefault(f"dpsc_out {lam} path rmse truth", []).append(truth / spread)
             rel = capped_release(huge, build_layout(huge, frame, None), panel, rng)
             k = huge.synth_control.k
             ls = effect_of(panel, fit_weights(panel, 1.0 / k))
@@ -171,6 +205,15 @@ def run(reps: int, seed: int) -> dict[str, Any]:
             row.setdefault("capped LS vs truth", []).append(abs(ls - panel.true_effect) / spread)
             row.setdefault("simplex SC vs truth", []).append(
                 abs(simplex - panel.true_effect) / spread)
+            plan = METHOD.plan(spec_for(shape, 1e9), len(frame), {"panel": frame},
+                               rng=np.random.default_rng(0))
+            total = dpsc_effect(shape, panel, float(plan.details["lambda"]))
+            cv = cv_ridge_effect(shape, panel)
+            row.setdefault("dpsc total 1e9 vs cv ridge", []).append(abs(total - cv) / spread)
+            row.setdefault("dpsc total 1e9 vs truth", []).append(
+                abs(total - panel.true_effect) / spread)
+            row.setdefault("dpsc T0 1e9 vs truth", []).append(
+                abs(dpsc_effect(shape, panel, float(shape.t0)) - panel.true_effect) / spread)
             rel = capped_release(ind, build_layout(ind, frame, None), panel, rng)
             err = abs(rel["avg"] - rel["avg_exact"]) / spread
             row.setdefault("individual eps=1 within 5%", []).append(float(err <= 0.05))
@@ -184,18 +227,22 @@ def tables(results: dict[str, Any], reps: int) -> str:
     lines = [f"repetitions per shape: {reps} (one new panel and one release each)", ""]
     lines += ["| shape (spread/range) | setting | within 1 spread of non-private (share ± SE) "
               "| median abs error / spread | non-private vs true effect / spread (median) "
-              "| path RMSE / spread (median) | DPSC_out path RMSE / spread (median) | ratio |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| path RMSE / spread: vs non-private, vs true path (medians) |",
+              "|---|---|---|---|---|---|"]
     for name, row in results.items():
-        dpsc_rmse = float(np.median(row["dpsc_out path rmse"]))
         for c in CONFIGS:
             path = float(np.median(row[f"{c}: path rmse"]))
-            shown = ("—", "—") if math.isnan(path) else (f"{path:.3g}", f"{dpsc_rmse / path:.0f}×")
+            truth = float(np.median(row[f"{c}: path rmse truth"]))
+            shown = "—" if math.isnan(path) else f"{path:.3g}, {truth:.3g}"
             lines.append(
                 f"| {name} ({np.median(row['spread / range']):.3f}) | {c} "
                 f"| {mean_se(row[f'{c}: within'])} | {np.median(row[f'{c}: |err|']):.3g} "
-                f"| {np.median(row[f'{c}: |exact - truth|']):.3g} | {shown[0]} "
-                f"| {dpsc_rmse:.4g} | {shown[1]} |")
+                f"| {np.median(row[f'{c}: |exact - truth|']):.3g} | {shown} |")
+        for lam in ("T0", "total"):
+            lines.append(
+                f"| {name} | DPSC_out, lambda: {lam} | | | "
+                f"| {np.median(row[f'dpsc_out {lam} path rmse']):.4g}, "
+                f"{np.median(row[f'dpsc_out {lam} path rmse truth']):.4g} |")
     lines += ["", "| shape | ε = 10⁹ vs capped LS (median, p90) | vs simplex SC (median, p90) "
               "| release vs truth (median) | capped LS vs truth | simplex SC vs truth "
               "| individual ε = 1: within 5 % (share ± SE) | median abs error / spread |",
@@ -210,6 +257,13 @@ def tables(results: dict[str, Any], reps: int) -> str:
             f"| {np.median(row['simplex SC vs truth']):.3f} "
             f"| {mean_se(row['individual eps=1 within 5%'])} "
             f"| {np.median(row['individual eps=1 |err|']):.2g} |")
+    lines += ["", "| shape | DPSC_out ε = 10⁹, lambda: total vs CV ridge (median, p90) "
+              "| lambda: total vs true effect | lambda: T0 vs true effect |", "|---|---|---|---|"]
+    for name, row in results.items():
+        a = np.asarray(row["dpsc total 1e9 vs cv ridge"])
+        lines.append(f"| {name} | {np.median(a):.3f}, {np.quantile(a, 0.9):.3f} "
+                     f"| {np.median(row['dpsc total 1e9 vs truth']):.3f} "
+                     f"| {np.median(row['dpsc T0 1e9 vs truth']):.3f} |")
     return "\n".join(lines)
 
 

@@ -96,7 +96,11 @@ def run(spec: SynthControlSpec, frame: pd.DataFrame, plan: PrivacyPlan,
         table["effect"] = table["observed"] - table["counterfactual"]
         avg = raw_avg
     effect = table["effect"].to_numpy(dtype=np.float64)[t0:]
-    cum = float(np.sum(effect))
+    cum: Any = float(np.sum(effect))
+    if isinstance(avg, dict):  # the sum of h noises: h times the average's Chebyshev bound
+        assert acc is not None
+        cum = interval_record(layout.h * avg["estimate"], layout.h * acc.halfwidth,
+                              alpha=acc.alpha, law=acc.law, bound=True)
     doc = effect_document(spec, layout, plan, avg, cum, certified)
     release = Release(documents={"effect.json": doc}, tables={"counterfactual": table})
     if spec.synth_control.release_weights:
@@ -114,7 +118,8 @@ def run(spec: SynthControlSpec, frame: pd.DataFrame, plan: PrivacyPlan,
             title_note="DPSC_obj: NO DP GUARANTEE")
     release.summary.update({
         "average_post_effect": avg["estimate"] if isinstance(avg, dict) else avg,
-        "cumulative_post_effect": cum, "n_donors": layout.n,
+        "cumulative_post_effect": cum["estimate"] if isinstance(cum, dict) else cum,
+        "n_donors": layout.n,
         "pre_periods": t0, "post_periods": layout.h, "step2": plan.details["step2"],
         "sensitivity": plan.details["sensitivity"],
     })
@@ -122,7 +127,7 @@ def run(spec: SynthControlSpec, frame: pd.DataFrame, plan: PrivacyPlan,
 
 
 def effect_document(spec: SynthControlSpec, layout: PanelLayout, plan: PrivacyPlan, avg: Any,
-                    cum: float, certified: bool) -> dict[str, Any]:
+                    cum: Any, certified: bool) -> dict[str, Any]:
     """The small JSON summary of the release (all post-processing of private values + public y)."""
     d = plan.details
     doc: dict[str, Any] = {
