@@ -16,8 +16,8 @@ Model (in units of the range R = hi − lo, then mapped to [lo, hi]): unit i's s
 μ_i + g_i·F1_t + p_i·F2_t + noise, F1 a common growth curve (a trend plus a slow cycle), F2 a
 common random walk. The target's (μ0, g0, p0) is drawn per shape so that its post-period standard
 deviation is near the classic one (medians: Basque 0.075 R, Germany 0.063 R, Texas 0.115 R,
-California 0.049 R; the real ones are about 0.07, 0.07, 0.15 and 0.045 R); ``m`` donors get the target's loadings plus N(0, ``match``²) perturbations,
-the others loadings drawn over a wide range. The target is the mean of the matching donors' latent
+California 0.049 R; the real ones are about 0.07, 0.07, 0.15 and 0.045 R); ``m`` donors get the
+target's loadings plus N(0, ``match``²) perturbations, the others loadings drawn over a wide range. The target is the mean of the matching donors' latent
 series plus its own noise, and from T0 on it carries an effect of −``effect`` × its post-period
 spread (ramped in over 3 periods). The true effect and the untreated target are returned.
 """

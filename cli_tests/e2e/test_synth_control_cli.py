@@ -308,3 +308,38 @@ def test_parquet_input_writes_parquet_table(workdir: Path) -> None:
     csv = pd.read_csv(workdir / "op" / "counterfactual.csv")
     pq = pd.read_parquet(workdir / "op" / "counterfactual.parquet")
     np.testing.assert_allclose(csv.counterfactual, pq.counterfactual, equal_nan=True)
+
+
+def test_individual_unit_through_the_cli_says_what_it_protects(workdir: Path) -> None:
+    def individual(d: dict[str, Any]) -> None:
+        d["synth_control"].update(privacy_unit="individual", weights="private",
+                                  individual={"contribution": 3650.0, "population": 400000})
+        d["privacy"]["epsilon"] = 1.0
+
+    res = invoke(["synth-control", "--spec", write_spec(workdir / "ind.yaml", individual)])
+    assert res.exit_code == 0, res.output
+    out = workdir / "out" / "synth_control"
+    receipt = read_json(out / "receipt.json")
+    assert "one person in a donor unit" in receipt["neighbouring"]["unit"]
+    assert "not a whole donor" in receipt["neighbouring"]["weaker_than"]
+    assert receipt["events"][0]["kind"] == "subset_exponential"
+    effect = read_json(out / "effect.json")
+    assert effect["privacy"]["privacy_unit"] == "individual"
+    assert "weaker_than" in effect["privacy"] and len(effect["chosen_donors"]) == 6
+    av = effect["average_post_effect"]
+    assert av["interval"]["hi"] - av["interval"]["lo"] < 0.5  # packs, at ε = 1
+    weights = pd.read_csv(out / "weights.csv")
+    assert weights.weight.sum() == pytest.approx(1.0) and (weights.weight > 0).sum() == 6
+
+
+def test_accuracy_guard_refuses_before_reading_any_value(workdir: Path) -> None:
+    """Issue 16: a predicted half-width above accuracy.max_halfwidth refuses (exit 3) on the plan
+    alone: the outcome column cannot even be parsed, and nothing is spent."""
+    frame = pd.read_csv("sample_data/synth_control_panel.csv")
+    frame["sales"] = "secret"
+    frame.to_csv("sample_data/synth_control_panel.csv", index=False)
+    spec = write_spec(workdir / "g.yaml", lambda d: d.update(accuracy={"max_halfwidth": 1.0}))
+    res = invoke(["synth-control", "--spec", spec])
+    assert res.exit_code == 3, res.output
+    assert "epsilon" in res.stderr.lower() or "ε" in res.stderr
+    assert not (workdir / "out" / "ledger.jsonl").exists()

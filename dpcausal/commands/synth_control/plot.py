@@ -44,14 +44,22 @@ def plot_png(table: pd.DataFrame, *, target: str, epsilon: float, title_note: st
     for ax in (ax1, ax2):
         ax.axvline(first_post, color="grey", linestyle=":", linewidth=1.0)
         ax.legend(loc="best", fontsize=8)
-    ax1.set_title(f"DP synthetic control (ε = {epsilon:g}; {title_note})", fontsize=10)
+    return _finish(fig, (ax1, ax2), x, labels,
+                   f"DP synthetic control (ε = {epsilon:g}; {title_note})", top=0.93)
+
+
+def _finish(fig: Any, axes: tuple[Any, Any], x: Any, labels: list[str] | None, title: str, *,
+            top: float) -> bytes:
+    """Title, axis labels (the effect's in two lines, never cut off), ticks; the PNG bytes."""
+    ax1, ax2 = axes
+    ax1.set_title(title, fontsize=10)
     ax1.set_ylabel("outcome")
     ax2.set_ylabel("effect\n(observed − synthetic)")
     ax2.set_xlabel("time")
     if labels is not None:
         step = max(1, len(labels) // 12)
         ax2.set_xticks(x[::step], labels[::step], rotation=45, ha="right")
-    fig.subplots_adjust(left=0.13, right=0.97, top=0.93, bottom=0.12 if labels is None else 0.2,
+    fig.subplots_adjust(left=0.13, right=0.97, top=top, bottom=0.12 if labels is None else 0.2,
                         hspace=0.08)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
@@ -107,15 +115,4 @@ def plot_capped_png(table: pd.DataFrame, *, target: str, epsilon: float,
         ax.legend(loc="best", fontsize=7)
     title = band_title(f"{title} (ε = {epsilon:g})", wide=wide,
                        value_range=bounds, what="the path's noise band")
-    ax1.set_title(title, fontsize=10)
-    ax1.set_ylabel("outcome")
-    ax2.set_ylabel("effect\n(observed − synthetic)")
-    ax2.set_xlabel("time")
-    if labels is not None:
-        step = max(1, len(labels) // 12)
-        ax2.set_xticks(x[::step], labels[::step], rotation=45, ha="right")
-    fig.subplots_adjust(left=0.13, right=0.97, top=0.9 if wide else 0.93,
-                        bottom=0.12 if labels is None else 0.2, hspace=0.08)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    return buf.getvalue()
+    return _finish(fig, (ax1, ax2), x, labels, title, top=0.9 if wide else 0.93)
