@@ -343,3 +343,13 @@ def test_accuracy_guard_refuses_before_reading_any_value(workdir: Path) -> None:
     assert res.exit_code == 3, res.output
     assert "epsilon" in res.stderr.lower() or "ε" in res.stderr
     assert not (workdir / "out" / "ledger.jsonl").exists()
+
+
+def test_planner_names_the_epsilon_for_a_target_halfwidth(workdir: Path) -> None:
+    res = invoke(["synth-control", "--spec", CONFIG, "--dry-run", "--json",
+                  "--target-halfwidth", "2"])
+    assert res.exit_code == 0, res.output
+    target = json.loads(res.stdout)["target"]
+    assert target["quantity"] == "average_post_effect"
+    # the half-width falls like 1/ε: 4.79 at ε = 10, so ≈ 24 for 2 packs
+    assert 23.0 < target["smallest_epsilon"] < 25.0
