@@ -11,6 +11,7 @@ import pytest
 from dpcausal.commands.owl import audit as owl_audit
 from dpcausal.commands.owl import estimate as owl_estimate
 from dpcausal.commands.owl.setup import OwlSetup
+from dpcausal.commands.synth_control.capped import CappedScales
 from dpcausal.errors import SolverError
 from dpcausal.mechanisms import L2LaplaceMechanism
 
@@ -35,6 +36,13 @@ def halve_owl_sensitivity(monkeypatch: pytest.MonkeyPatch) -> None:
     """owl's Δ = (2W + 2τ)/γ understated by half (plan and run alike)."""
     real = OwlSetup.sensitivity
     monkeypatch.setattr(OwlSetup, "sensitivity", lambda self, g: real(self, g) / 2)
+
+
+def halve_capped_sensitivity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """synth-control method: capped with its per-period sensitivity understated by half (plan
+    and run alike): the noise of the average, path and fit is half what one donor can move."""
+    real = CappedScales.per_period
+    monkeypatch.setattr(CappedScales, "per_period", property(lambda self: real.fget(self) / 2))
 
 
 def refuse_on_odd_treated(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -34,25 +34,68 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def write_spec(path: Path, mutate: Any = None) -> Path:
+def dpsc_out(d: dict[str, Any]) -> None:
+    """The example config turned into the paper's DPSC_out at ε = 20 with λ = T0 (its former
+    settings)."""
+    for key in ("k", "weights", "band", "releases", "shares"):
+        d["synth_control"].pop(key, None)
+    d["synth_control"].update({"method": "out", "lambda": "T0"})
+    d["privacy"]["epsilon"] = 20.0
+
+
+def write_spec(path: Path, mutate: Any = None, *, out: bool = False) -> Path:
     doc = yaml.safe_load((REPO / CONFIG).read_text())
+    if out:
+        dpsc_out(doc)
     if mutate:
         mutate(doc)
     return write_yaml(path, doc)
 
 
-def test_example_config_releases_counterfactual_effect_plot_and_receipt(workdir: Path) -> None:
+def test_example_config_releases_a_useful_capped_effect(workdir: Path) -> None:
+    """The shipped example (method: capped) is useful: its 95% half-width for the average
+    effect is below the true effect of the sample panel (−20 packs) and the estimate is near it."""
     res = invoke(["synth-control", "--spec", CONFIG])
     assert res.exit_code == 0, res.output
     out = workdir / "out" / "synth_control"
+    effect = read_json(out / "effect.json")
+    av = effect["average_post_effect"]
+    half = (av["interval"]["hi"] - av["interval"]["lo"]) / 2
+    assert half < 10.0 and av["interval"]["kind"] == "noise"
+    assert abs(av["estimate"] - (-20.0)) < 3 * half + 3.0
     table = pd.read_csv(out / "counterfactual.csv")
-    assert list(table.columns) == ["time", "period", "observed", "counterfactual", "effect"]
+    post = table[table.period == "post"]
+    assert post.counterfactual.nunique() <= 3  # 3 block means
+    assert {"counterfactual_noise_lo", "counterfactual_noise_hi", "counterfactual_clamped",
+            "effect_noise_lo", "effect_noise_hi"} <= set(table.columns)
+    receipt = read_json(out / "receipt.json")
+    assert [e["stage"] for e in receipt["events"]] == ["synth_control.average_effect",
+                                                       "synth_control.path"]
+    assert receipt["epsilon"] == pytest.approx(10.0) and receipt["guarantee"] == "pure"
+    assert "not released" in effect["chosen_donors"]
+    assert invoke(["audit", "verify", "--ledger", "out/ledger.jsonl",
+                   "--receipt", str(out / "receipt.json")]).exit_code == 0
+
+
+def test_dpsc_out_releases_counterfactual_effect_plot_and_receipt(workdir: Path) -> None:
+    res = invoke(["synth-control", "--spec", write_spec(workdir / "out.yaml", out=True)])
+    assert res.exit_code == 0, res.output
+    out = workdir / "out" / "synth_control"
+    table = pd.read_csv(out / "counterfactual.csv")
+    assert list(table.columns) == [
+        "time", "period", "observed", "counterfactual", "counterfactual_noise_lo",
+        "counterfactual_noise_hi", "counterfactual_clamped", "effect", "effect_noise_lo",
+        "effect_noise_hi"]
     assert len(table) == 31 and (table.period == "post").sum() == 12
     assert table.loc[table.period == "pre", "counterfactual"].isna().all()
     post = table[table.period == "post"]
     np.testing.assert_allclose(post.effect, post.observed - post.counterfactual, atol=1e-9)
+    assert post.counterfactual.between(0.0, 300.0).all()  # clamped to the bounds
     effect = read_json(out / "effect.json")
-    assert effect["average_post_effect"] == pytest.approx(post.effect.mean())
+    av = effect["average_post_effect"]
+    # DPSC_out at ε = 20 is mostly noise: its interval spans the whole range the effect can take
+    assert av["interval"]["bound"] is True
+    assert av["interval"]["hi"] - av["interval"]["lo"] == pytest.approx(300.0)
     assert effect["n_donors"] == 38 and effect["pre_periods"] == 19
     assert (out / "synth_control.png").read_bytes()[:4] == b"\x89PNG"
     assert not (out / "weights.csv").exists()
@@ -68,8 +111,6 @@ def test_example_config_releases_counterfactual_effect_plot_and_receipt(workdir:
         "counterfactual.csv", "effect.json", "synth_control.png"}
     assert "average_post_effect" in res.stdout
     assert releases(workdir / "out" / "ledger.jsonl") == [receipt]
-    assert invoke(["audit", "verify", "--ledger", "out/ledger.jsonl",
-                   "--receipt", str(out / "receipt.json")]).exit_code == 0
 
 
 def test_json_output_and_cli_equals_library(workdir: Path) -> None:
@@ -97,7 +138,9 @@ def test_dry_run_reads_no_outcome_value_and_spends_nothing(workdir: Path) -> Non
     plan = json.loads(res.stdout)
     assert plan["dry_run"] is True and plan["n_rows"] == 39 * 31
     assert plan["details"]["n_donors"] == 38 and plan["details"]["pre_periods_T0"] == 19
-    assert plan["details"]["step2"] == "entrywise-l1" and plan["details"]["noise_rmse_bound"] > 0
+    assert plan["details"]["donor_choice"] == "nearest" and plan["details"]["k"] == 6
+    head = [a for a in plan["accuracy"] if a["headline"]]
+    assert head[0]["quantity"] == "average_post_effect" and 0 < head[0]["halfwidth"] < 10
     assert not any((workdir / "out").iterdir())  # nothing written, no ledger
     human = invoke(["synth-control", "--spec", CONFIG, "--dry-run"])
     assert human.exit_code == 0 and "dry run" in human.stdout
@@ -125,7 +168,8 @@ def test_huge_epsilon_matches_nonprivate_ridge_through_the_cli(workdir: Path) ->
         d["synth_control"]["release_weights"] = True
         d.pop("ledger")
 
-    res = invoke(["synth-control", "--spec", write_spec(workdir / "h.yaml", huge), "--out", "oh"])
+    res = invoke(["synth-control", "--spec", write_spec(workdir / "h.yaml", huge, out=True),
+                  "--out", "oh"])
     assert res.exit_code == 0, res.output
     wide = pd.read_csv("sample_data/synth_control_wide.csv")
     x = wide.drop(columns=["year", "CA"]).to_numpy().T.clip(0, 300) / 300
@@ -141,7 +185,7 @@ def test_huge_epsilon_matches_nonprivate_ridge_through_the_cli(workdir: Path) ->
 
 
 def test_budget_is_enforced_across_runs(workdir: Path) -> None:
-    spec = write_spec(workdir / "b.yaml", lambda d: d["ledger"]["budget"].update(epsilon=45.0))
+    spec = write_spec(workdir / "b.yaml", lambda d: d["ledger"]["budget"].update(epsilon=25.0))
     assert invoke(["synth-control", "--spec", spec, "-q"]).exit_code == 0
     assert invoke(["synth-control", "--spec", spec, "-q"]).exit_code == 0
     res = invoke(["synth-control", "--spec", spec])
@@ -150,12 +194,13 @@ def test_budget_is_enforced_across_runs(workdir: Path) -> None:
 
 
 def test_uncertified_objective_perturbation(workdir: Path) -> None:
-    spec = write_spec(workdir / "o.yaml", lambda d: d["synth_control"].update(method="obj"))
+    spec = write_spec(workdir / "o.yaml", lambda d: d["synth_control"].update(method="obj"),
+                      out=True)
     res = invoke(["synth-control", "--spec", spec])
     assert res.exit_code == 3 and "allow_uncertified" in res.stderr
     assert not any((workdir / "out").iterdir())  # nothing written, no ledger
     spec = write_spec(workdir / "o2.yaml", lambda d: d["synth_control"].update(
-        method="obj", allow_uncertified=True))
+        method="obj", allow_uncertified=True), out=True)
     res = invoke(["synth-control", "--spec", spec, "--json"])
     assert res.exit_code == 0, res.output
     receipt = json.loads(res.stdout)
@@ -184,7 +229,11 @@ def bad_cell(path: str, unit: str, year: int, value: Any) -> None:
         (lambda d: d["data"].update(path="missing.csv"), 2, "missing.csv: data file not found"),
         (lambda d: d["bounds"].pop("outcome"), 3, "bounds.outcome is missing"),
         (lambda d: d["bounds"].update(outcome=[5, -5]), 2, "lower bound must be < upper bound"),
-        (lambda d: d["privacy"].update(delta=1e-6), 2, "privacy.delta"),
+        (lambda d: d["synth_control"].update(path_noise="gaussian"), 2,
+         "path_noise: gaussian needs privacy.delta"),
+        (lambda d: d["synth_control"].update(k=60), 2, "60 donors cannot be averaged"),
+        (lambda d: d["synth_control"].update(sensitivity="paper"), 2,
+         "synth_control.sensitivity is only used with method: out"),
         (lambda d: d["privacy"].update(epsilon=-1), 2, "privacy.epsilon"),
         (lambda d: d["privacy"].update(epsilon="lots"), 2, "privacy.epsilon"),
         (lambda d: d["synth_control"].update(treatment_time="1989"), 2, "holds numbers"),
@@ -259,3 +308,48 @@ def test_parquet_input_writes_parquet_table(workdir: Path) -> None:
     csv = pd.read_csv(workdir / "op" / "counterfactual.csv")
     pq = pd.read_parquet(workdir / "op" / "counterfactual.parquet")
     np.testing.assert_allclose(csv.counterfactual, pq.counterfactual, equal_nan=True)
+
+
+def test_individual_unit_through_the_cli_says_what_it_protects(workdir: Path) -> None:
+    def individual(d: dict[str, Any]) -> None:
+        d["synth_control"].update(privacy_unit="individual", weights="private",
+                                  individual={"contribution": 3650.0, "population": 400000})
+        d["privacy"]["epsilon"] = 1.0
+
+    res = invoke(["synth-control", "--spec", write_spec(workdir / "ind.yaml", individual)])
+    assert res.exit_code == 0, res.output
+    out = workdir / "out" / "synth_control"
+    receipt = read_json(out / "receipt.json")
+    assert "one person in a donor unit" in receipt["neighbouring"]["unit"]
+    assert "not a whole donor" in receipt["neighbouring"]["weaker_than"]
+    assert receipt["events"][0]["kind"] == "subset_exponential"
+    effect = read_json(out / "effect.json")
+    assert effect["privacy"]["privacy_unit"] == "individual"
+    assert "weaker_than" in effect["privacy"] and len(effect["chosen_donors"]) == 6
+    av = effect["average_post_effect"]
+    assert av["interval"]["hi"] - av["interval"]["lo"] < 0.5  # packs, at ε = 1
+    weights = pd.read_csv(out / "weights.csv")
+    assert weights.weight.sum() == pytest.approx(1.0) and (weights.weight > 0).sum() == 6
+
+
+def test_accuracy_guard_refuses_before_reading_any_value(workdir: Path) -> None:
+    """Issue 16: a predicted half-width above accuracy.max_halfwidth refuses (exit 3) on the plan
+    alone: the outcome column cannot even be parsed, and nothing is spent."""
+    frame = pd.read_csv("sample_data/synth_control_panel.csv")
+    frame["sales"] = "secret"
+    frame.to_csv("sample_data/synth_control_panel.csv", index=False)
+    spec = write_spec(workdir / "g.yaml", lambda d: d.update(accuracy={"max_halfwidth": 1.0}))
+    res = invoke(["synth-control", "--spec", spec])
+    assert res.exit_code == 3, res.output
+    assert "epsilon" in res.stderr.lower() or "ε" in res.stderr
+    assert not (workdir / "out" / "ledger.jsonl").exists()
+
+
+def test_planner_names_the_epsilon_for_a_target_halfwidth(workdir: Path) -> None:
+    res = invoke(["synth-control", "--spec", CONFIG, "--dry-run", "--json",
+                  "--target-halfwidth", "2"])
+    assert res.exit_code == 0, res.output
+    target = json.loads(res.stdout)["target"]
+    assert target["quantity"] == "average_post_effect"
+    # the half-width falls like 1/ε: 4.79 at ε = 10, so ≈ 24 for 2 packs
+    assert 23.0 < target["smallest_epsilon"] < 25.0

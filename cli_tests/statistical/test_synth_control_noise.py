@@ -192,7 +192,7 @@ def test_error_falls_with_epsilon_and_default_beats_paper() -> None:
     rng = np.random.default_rng(28)
     prev_mc = math.inf
     for eps in (5.0, 50.0, 500.0, 5000.0):
-        spec, plan, x, y = setup(n, t0, h, eps, seed=4)
+        spec, plan, x, y = setup(n, t0, h, eps, seed=4, **{"lambda": "T0"})
         f_reg = core.ridge_coefficients(x[:, :t0], y[:t0], float(plan.details["lambda"]))
         base = x[:, t0:].T @ f_reg
         mc = float(np.mean([np.sum((counterfactual_path(
@@ -202,7 +202,8 @@ def test_error_falls_with_epsilon_and_default_beats_paper() -> None:
         prev_mc = mc
         errs = {}
         for sens, step2 in (("tight", "auto"), ("paper", "matrix-l2")):
-            _, p, _, _ = setup(n, t0, h, eps, seed=4, sensitivity=sens, step2=step2)
+            _, p, _, _ = setup(n, t0, h, eps, seed=4, sensitivity=sens, step2=step2,
+                               **{"lambda": "T0"})
             coef = core.coefficient_mechanism(p.events[0].epsilon, p.events[0].sensitivity, n)
             post = core.post_mechanism(p.details["step2"], p.events[1].epsilon, n, h)
             errs[sens] = core.expected_sq_error(x[:, t0:], f_reg, core.coefficient_noise_variance(coef),

@@ -143,7 +143,7 @@ def audit_spec(tmp_path: Any, bounds: list[float], **section: Any) -> SynthContr
 
 
 @pytest.mark.parametrize(("bounds", "section"), [
-    ([-5.0, 5.0], {}), ([0.0, 300.0], {}), ([-1.0, 1.0], {"sensitivity": "paper"}),
+    ([-5.0, 5.0], {"lambda": "T0"}), ([0.0, 300.0], {}), ([-1.0, 1.0], {"sensitivity": "paper"}),
     ([-2.0, 2.0], {"step2": "matrix-l2", "lambda": 2.0})])
 def test_gray_box_audit_passes_and_planted_pair_attains_delta(tmp_path: Any, bounds: list[float],
                                                               section: dict[str, Any]) -> None:

@@ -58,6 +58,9 @@ def test_synth_control_with_a_1d_laplace_radius_fails_at_a_small_epsilon(
         workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The default-run version (the shipped ε = 20 needs ~10⁶ draws: the slow test below)."""
     doc = yaml.safe_load((workdir / "configs" / "synth_control.yaml").read_text())
+    for key in ("k", "weights", "band", "releases", "shares"):  # the paper's DPSC_out
+        doc["synth_control"].pop(key, None)
+    doc["synth_control"]["method"] = "out"
     doc["privacy"]["epsilon"] = 4.0
     spec = write_yaml(workdir / "sc.yaml", doc)
     code, _, err = audit(spec)
@@ -68,11 +71,46 @@ def test_synth_control_with_a_1d_laplace_radius_fails_at_a_small_epsilon(
     assert "synth_control.coefficients" in err
 
 
+def test_shipped_synth_control_capped_passes_and_fails_an_understated_bound(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """method: capped (the example): the planted pairs reach every stated sensitivity exactly;
+    with the per-period sensitivity halved in the plan and the run alike, the audit fails."""
+    code, report, err = audit("configs/synth_control.yaml")
+    assert code == 0, err
+    assert report["gray_box"]["max_sensitivity_ratio"] == pytest.approx(1.0)
+    assert report["gray_box"]["max_privacy_loss"] == pytest.approx(10.0)
+    bugs.halve_capped_sensitivity(monkeypatch)
+    code, report, err = audit("configs/synth_control.yaml")
+    assert code == 4, err
+    assert report["gray_box"]["max_sensitivity_ratio"] == pytest.approx(2.0)
+    assert "exceeds the claimed ε" in err
+
+
+def test_synth_control_individual_unit_passes_and_fails_an_understated_bound(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = yaml.safe_load((workdir / "configs" / "synth_control.yaml").read_text())
+    doc["synth_control"].update(privacy_unit="individual", weights="private",
+                                individual={"contribution": 300.0, "population": 1000.0})
+    doc["privacy"]["epsilon"] = 1.0
+    spec = write_yaml(workdir / "ind.yaml", doc)
+    code, report, err = audit(spec)
+    assert code == 0, err
+    assert report["gray_box"]["max_sensitivity_ratio"] == pytest.approx(1.0)
+    bugs.halve_capped_sensitivity(monkeypatch)
+    code, report, err = audit(spec)
+    assert code == 4, err
+
+
 @pytest.mark.slow
 def test_synth_control_with_a_1d_laplace_radius_fails(workdir: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     bugs.one_d_radius(monkeypatch)
-    code, report, err = audit("configs/synth_control.yaml")
+    doc = yaml.safe_load((workdir / "configs" / "synth_control.yaml").read_text())
+    for key in ("k", "weights", "band", "releases", "shares"):  # the paper's DPSC_out
+        doc["synth_control"].pop(key, None)
+    doc["synth_control"]["method"] = "out"
+    doc["privacy"]["epsilon"] = 20.0
+    code, report, err = audit(write_yaml(workdir / "sc.yaml", doc))
     assert code == 4, err
     coef = report["black_box"]["stages"][0]
     assert coef["stage"] == "synth_control.coefficients" and coef["epsilon_lower_bound"] > 10.0

@@ -49,7 +49,7 @@ def test_spec_defaults_and_lambda_alias() -> None:
     spec = make_spec()
     sec = spec.synth_control
     assert (sec.method, sec.ridge_lambda, sec.sensitivity, sec.step2, sec.epsilon_split) == (
-        "out", "T0", "tight", "auto", 0.5)
+        "out", "total", "tight", "auto", 0.5)
     assert make_spec(**{"lambda": 7.5}).synth_control.ridge_lambda == 7.5
 
 
@@ -307,7 +307,7 @@ def plan_for(spec: SynthControlSpec, frame: pd.DataFrame) -> Any:
 
 def test_plan_events_and_public_details() -> None:
     frame = long_panel(["A", *[f"D{i}" for i in range(6)]], list(range(1, 11)), np.random.default_rng(8))
-    plan = plan_for(make_spec(privacy={"epsilon": 4.0}), frame)
+    plan = plan_for(make_spec(privacy={"epsilon": 4.0}, **{"lambda": "T0"}), frame)
     coef, post = plan.events
     assert plan.dp_guarantee and plan.guarantee == "pure"
     assert plan.neighbouring["relation"] == "replace-one donor"
@@ -343,7 +343,7 @@ def test_plan_refusals() -> None:
 
 # --- large ε: the non-private closed form ---------------------------------------------------------
 
-@pytest.mark.parametrize("section", [{}, {"step2": "matrix-l2", "sensitivity": "paper"},
+@pytest.mark.parametrize("section", [{}, {"step2": "matrix-l2", "sensitivity": "paper", "lambda": "T0"},
                                      {"lambda": 3.0, "scaling": "affine"}])
 def test_huge_epsilon_equals_nonprivate_ridge(section: dict[str, Any]) -> None:
     rng = np.random.default_rng(10)
@@ -357,14 +357,40 @@ def test_huge_epsilon_equals_nonprivate_ridge(section: dict[str, Any]) -> None:
     omap = OutcomeMap.from_spec(spec)
     x = omap.forward(piv.drop(index="A").to_numpy())
     y = omap.forward(piv.loc["A"].to_numpy())
-    lam = float(section.get("lambda", 4.0))
+    lam = float(plan.details["lambda"])
     f = Ridge(alpha=lam / 2, fit_intercept=False, solver="cholesky").fit(x[:, :4].T, y[:4]).coef_
-    expected = omap.inverse(x[:, 4:].T @ f)
+    raw = omap.inverse(x[:, 4:].T @ f)
+    expected = np.clip(raw, omap.lo, omap.hi)  # released values are clamped to the bounds
     post = table[table.period == "post"]
     np.testing.assert_allclose(post["counterfactual"], expected, atol=1e-8)
+    np.testing.assert_allclose(post["counterfactual_clamped"], raw != expected)
     np.testing.assert_allclose(post["effect"], piv.loc["A"].to_numpy()[4:] - expected, atol=1e-8)
     np.testing.assert_allclose(release.tables["weights"]["weight"], f, atol=1e-9)
-    assert release.documents["effect.json"]["average_post_effect"] == pytest.approx(
-        float(np.mean(piv.loc["A"].to_numpy()[4:] - expected)), abs=1e-8)
+    mean_y = float(np.mean(piv.loc["A"].to_numpy()[4:]))
+    assert release.documents["effect.json"]["average_post_effect"]["estimate"] == pytest.approx(
+        mean_y - float(np.clip(np.mean(raw), omap.lo, omap.hi)), abs=1e-8)
     assert table[table.period == "pre"]["counterfactual"].isna().all()
     assert release.figures["synth_control.png"][:4] == b"\x89PNG"
+
+
+# --- the ridge penalty rule (issue #17) ----------------------------------------------------------
+
+def test_total_rule_follows_epsilon_and_is_unit_free() -> None:
+    """lambda: total (default) takes the grid's smallest safe λ when the noise vanishes and a
+    large one when it dominates; rescaling the outcome and its bounds changes nothing in mapped
+    units (the release's law is the same up to the unit)."""
+    frame = long_panel(["A", *[f"D{i}" for i in range(6)]], list(range(1, 13)),
+                       np.random.default_rng(3))
+    big = plan_for(make_spec(privacy={"epsilon": 1e9}), frame)
+    small = plan_for(make_spec(privacy={"epsilon": 0.5}), frame)
+    assert big.details["lambda"] == pytest.approx(0.01 * 4)
+    assert small.details["lambda"] >= 100 * 4
+    assert "cannot give a useful counterfactual" in small.details["warning_shrinkage"]
+    t0 = plan_for(make_spec(privacy={"epsilon": 5.0}, **{"lambda": "T0"}), frame)
+    assert t0.details["lambda"] == 4.0 and "33%" in t0.details["warning_shrinkage"]
+    for eps in (0.5, 5.0, 1e9):
+        a = plan_for(make_spec(privacy={"epsilon": eps}), frame)
+        b = plan_for(make_spec(privacy={"epsilon": eps}, bounds=(0.0, 10_000.0)), frame)
+        assert a.details["lambda"] == b.details["lambda"]
+        assert [e.noise_scale for e in a.events] == [e.noise_scale for e in b.events]
+        assert b.predicted().halfwidth == pytest.approx(1000 * a.predicted().halfwidth)

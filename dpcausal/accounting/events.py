@@ -21,7 +21,8 @@ holds a scale⁴) before summing over up to ~1e8 coordinates: below 1e50 all of 
 inside float64's range (1.8e308). A larger scale comes only from an ε (or ε share) so small, or
 public bounds so wide, that the release would be nothing but noise."""
 
-EventKind = Literal["laplace", "gaussian", "exponential", "l2_laplace", "gaussian_process"]
+EventKind = Literal["laplace", "gaussian", "exponential", "l2_laplace", "gaussian_process",
+                    "subset_exponential", "subset_family"]
 
 
 def check_noise_scale(stage: str, epsilon: float, scale: float) -> None:

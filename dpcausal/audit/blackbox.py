@@ -48,6 +48,8 @@ MAX_COMPLETE = 1000
 """Cap on complete releases per side (each is a solve)."""
 SELECT_MIN, SELECT_MAX = 2000, 50_000
 """Vectorized stages choose their events on this many releases per side (separate from the test)."""
+SELECTIONS = ("exponential", "subset_exponential", "subset_family")
+"""Event kinds whose releases take few values: the black box also tests each value seen."""
 TEST_MIN = 10_000
 """Vectorized stages test at least this many releases per side (cheap; more power below the cap)."""
 
@@ -131,7 +133,7 @@ def stage_bounds(d: RecordingGuard, dp: RecordingGuard, plan: PrivacyPlan, *,
     for i, ev in enumerate(plan.events):
         draw_d, draw_dp = d.draws[ev.stage], dp.draws[ev.stage]
         dim = int(np.asarray(d.outputs[ev.stage]).size)
-        n_events = N_EVENTS + (MAX_SINGLETONS if ev.kind == "exponential" else 0)
+        n_events = N_EVENTS + (MAX_SINGLETONS if ev.kind in SELECTIONS else 0)
         select, test = _sizes(ev.epsilon, ev.delta, n_events, dim, trials, vectorized=True)
         chunk = max(1, CHUNK_VALUES // max(dim, 1))
         base = seed + 1_000_003 * (i + 1)

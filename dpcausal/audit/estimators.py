@@ -15,6 +15,10 @@ from scipy import stats
 from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.mechanisms.exponential import ExponentialMechanism
 from dpcausal.mechanisms.registry import privacy_loss
+from dpcausal.mechanisms.subset_exponential import (
+    SubsetExponentialMechanism,
+    SubsetSelectionFamily,
+)
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -42,7 +46,9 @@ def event_loss(event: PrivacyEvent, a: FloatArray, b: FloatArray) -> EventLoss:
     (:func:`dpcausal.mechanisms.registry.privacy_loss`): ℓ2-Laplace ‖a − b‖₂/scale (attained along
     the line through a and b), Laplace ‖a − b‖₁/b, Gaussian and Gaussian process the ε at which the
     pair's privacy profile δ(ε) meets the claimed δ. Exponential (a, b are utility vectors): the
-    exact max_k |log p_k − log p′_k| of the selection probabilities.
+    exact max_k |log p_k − log p′_k| of the selection probabilities. Subset exponential (a, b are
+    the items' utilities): the exact max over k-subsets, from the two partition functions. Subset
+    family (a, b hold one utility row per selection): the exact max of the summed log-ratios.
 
     Inputs with a ``distance(other)`` method (elements of a function space, e.g. an RKHS function
     released by the Gaussian-process mechanism, whose noise is isotropic in that space): the loss is
@@ -63,6 +69,10 @@ def event_loss(event: PrivacyEvent, a: FloatArray, b: FloatArray) -> EventLoss:
         return event_loss(event, np.zeros(1), np.array([float(a.distance(b))]))
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
+    if event.kind == "subset_family":  # one utility row per selection (not conditional rows)
+        shift = float(np.max(np.abs(a - b)))
+        loss = SubsetSelectionFamily.family_loss(event.noise_scale, int(event.params["k"]), a, b)
+        return EventLoss(event.stage, event.kind, shift, event.sensitivity, loss, 0.0)
     if a.ndim == 2:
         if a.shape != b.shape or a.shape[0] == 0:
             raise ValueError("conditional inputs must have the same non-empty shape on D and D′")
@@ -72,6 +82,11 @@ def event_loss(event: PrivacyEvent, a: FloatArray, b: FloatArray) -> EventLoss:
     if event.kind == "exponential":
         shift = float(np.max(np.abs(a - b)))
         loss = ExponentialMechanism.selection_loss(event.noise_scale, a, b)
+        return EventLoss(event.stage, event.kind, shift, event.sensitivity, loss, 0.0)
+    if event.kind == "subset_exponential":
+        shift = float(np.max(np.abs(a - b)))
+        loss = SubsetExponentialMechanism.selection_loss(event.noise_scale,
+                                                         int(event.params["k"]), a, b)
         return EventLoss(event.stage, event.kind, shift, event.sensitivity, loss, 0.0)
     diff = a - b
     shift = float(np.sum(np.abs(diff)) if event.norm == "l1" else np.linalg.norm(diff))

@@ -13,6 +13,10 @@ from dpcausal.mechanisms.guard import Draw, NoiseGuard, NoiseGuardError
 from dpcausal.mechanisms.l2_laplace import L2LaplaceMechanism
 from dpcausal.mechanisms.laplace import LaplaceMechanism
 from dpcausal.mechanisms.objective import ObjectivePerturbation
+from dpcausal.mechanisms.subset_exponential import (
+    SubsetExponentialMechanism,
+    SubsetSelectionFamily,
+)
 
 __all__ = [
     "Draw",
@@ -25,5 +29,7 @@ __all__ = [
     "NoiseGuard",
     "NoiseGuardError",
     "ObjectivePerturbation",
+    "SubsetExponentialMechanism",
+    "SubsetSelectionFamily",
     "analytic_gaussian_sigma",
 ]

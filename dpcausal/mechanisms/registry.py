@@ -35,6 +35,10 @@ from dpcausal.mechanisms.gaussian import GaussianMechanism
 from dpcausal.mechanisms.gaussian_process import GaussianProcessMechanism
 from dpcausal.mechanisms.l2_laplace import L2LaplaceMechanism
 from dpcausal.mechanisms.laplace import LaplaceMechanism
+from dpcausal.mechanisms.subset_exponential import (
+    SubsetExponentialMechanism,
+    SubsetSelectionFamily,
+)
 
 SCALE_REL_TOL = 1e-9
 """Relative tolerance between a recorded noise scale and the rebuilt mechanism's (the plan and the
@@ -74,6 +78,15 @@ MECHANISMS: dict[str, tuple[type[NoiseLaw], Callable[[PrivacyEvent], Any]]] = {
                     lambda ev: ExponentialMechanism(ev.epsilon, ev.sensitivity,
                                                     bool(ev.params.get("monotonic", False)),
                                                     stage=ev.stage)),
+    "subset_exponential": (SubsetExponentialMechanism,
+                           lambda ev: SubsetExponentialMechanism(ev.epsilon, ev.sensitivity,
+                                                                 int(ev.params["k"]),
+                                                                 stage=ev.stage)),
+    "subset_family": (SubsetSelectionFamily,
+                      lambda ev: SubsetSelectionFamily(ev.epsilon, ev.sensitivity,
+                                                       int(ev.params["k"]),
+                                                       int(ev.params["selections"]),
+                                                       stage=ev.stage)),
 }
 """Event kind → (the mechanism class whose ``noise_curve`` maps its noise, how to rebuild the
 mechanism from an event by its own calibration)."""

@@ -2,8 +2,9 @@
 
 Neighbours replace one donor's whole series (pre and post), the target stays; the synthetic panel
 keeps the data file's public structure (units, periods) and draws values inside bounds.outcome.
-Only the certified DPSC_out is auditable this way: DPSC_obj's loss is not that of an output
-perturbation (and is unbounded, spec §4.6).
+Only the certified methods are auditable this way (DPSC_out, and capped through
+:mod:`capped_audit`): DPSC_obj's loss is not that of an output perturbation (and is unbounded,
+spec §4.6).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.audit.privacy import AuditAdapter
+from dpcausal.commands.synth_control import capped_audit
 from dpcausal.commands.synth_control.dpsc import STAGE_COEF, STAGE_POST, ridge_coefficients
 from dpcausal.commands.synth_control.method import METHOD
 from dpcausal.commands.synth_control.panel import (
@@ -29,6 +31,7 @@ from dpcausal.commands.synth_control.panel import (
     structure_columns,
     value_matrix,
 )
+from dpcausal.commands.synth_control.plan import penalty_of
 from dpcausal.commands.synth_control.spec import SynthControlSpec
 from dpcausal.errors import SpecError
 from dpcausal.io.tables import read_table
@@ -84,12 +87,14 @@ def neighbours(spec: SynthControlSpec, frame: pd.DataFrame, rng: np.random.Gener
     onto [−1, 1]; for bounds mapped onto a smaller range (e.g. [0, 1] by ``scaling: scale`` of
     non-negative bounds) it attains the most that range allows, and the report says how much.
     """
+    if spec.synth_control.method == "capped":
+        yield from capped_audit.neighbours(spec, frame, rng, k, _with_series)
+        return
     omap = OutcomeMap.from_spec(spec)
     layout = _layout(spec, frame)
     lo_m, hi_m = (float(v) for v in omap.forward(np.array([omap.lo, omap.hi])))
-    periods, t0 = layout.periods, layout.t0
-    rule = spec.synth_control.ridge_lambda
-    lam = float(t0) if rule == "T0" else float(rule)
+    periods = layout.periods
+    lam = penalty_of(spec, layout).lam
     quiet: pd.DataFrame | None = None
     for i in range(k):
         j = int(rng.integers(layout.n))
@@ -151,7 +156,10 @@ def _planted_pair(spec: SynthControlSpec, base: pd.DataFrame, layout: PanelLayou
 
 def pre_noise(spec: SynthControlSpec, frame: pd.DataFrame, plan: PrivacyPlan,
               side: dict[str, pd.DataFrame]) -> dict[str, FloatArray]:
-    """Each mechanism's input: f_reg (step 1) and the mapped post-period donor matrix (step 2)."""
+    """Each mechanism's input: f_reg (step 1) and the mapped post-period donor matrix (step 2);
+    for ``method: capped`` those of :func:`capped_audit.pre_noise`."""
+    if spec.synth_control.method == "capped":
+        return capped_audit.pre_noise(spec, frame, plan, _layout(spec, frame))
     if spec.synth_control.method != "out":
         raise SpecError("synth_control.method: audit privacy covers method: out only; DPSC_obj "
                         "(method: obj) has no DP guarantee to audit (spec §4.6)")
@@ -165,9 +173,14 @@ def pre_noise(spec: SynthControlSpec, frame: pd.DataFrame, plan: PrivacyPlan,
 
 
 def output_vector(release: Release) -> FloatArray:
-    """The released post-period counterfactual path."""
+    """The released post-period counterfactual path (after the average effect, for capped)."""
     table = release.tables["counterfactual"]
-    return table.loc[table["period"] == "post", "counterfactual"].to_numpy(dtype=np.float64)
+    path = (table.loc[table["period"] == "post", "counterfactual"].to_numpy(dtype=np.float64)
+            if "counterfactual" in table.columns else np.zeros(0))
+    doc = release.documents["effect.json"]
+    if isinstance(doc.get("average_post_effect"), dict):
+        return np.concatenate([[doc["average_post_effect"]["estimate"]], path])
+    return path
 
 
 ADAPTER = AuditAdapter(METHOD, "synth_control", synthesize, neighbours, pre_noise, output_vector)

@@ -10,6 +10,7 @@ import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.synth_control import dpsc
+from dpcausal.commands.synth_control.capped_run import run_capped
 from dpcausal.commands.synth_control.panel import (
     OutcomeMap,
     PanelLayout,
@@ -17,10 +18,11 @@ from dpcausal.commands.synth_control.panel import (
     build_layout,
     value_matrix,
 )
-from dpcausal.commands.synth_control.plot import plot_png
+from dpcausal.commands.synth_control.plot import plot_capped_png, plot_png
 from dpcausal.commands.synth_control.setup import COMMAND, NEIGHBOURING, PAPER
 from dpcausal.commands.synth_control.spec import SynthControlSpec
 from dpcausal.errors import DataError
+from dpcausal.intervals import add_interval_columns, interval_record
 from dpcausal.mechanisms import NoiseGuard
 from dpcausal.method import Release
 
@@ -62,41 +64,70 @@ def run(spec: SynthControlSpec, frame: pd.DataFrame, plan: PrivacyPlan,
     _check_same_structure(layout, plan)
     omap = OutcomeMap.from_spec(spec)
     x_raw, y_raw = value_matrix(spec, layout, frame, path)
+    if spec.synth_control.method == "capped":
+        return run_capped(spec, layout, x_raw, y_raw, plan, noise=noise)
     x, y = omap.forward(x_raw), omap.forward(y_raw)
     del x_raw
     y_out, f_out = counterfactual_path(spec, x, y, layout.t0, plan, noise=noise)
     del x
     counterfactual = omap.inverse(y_out)
     t0 = layout.t0
-    effect = y_raw[t0:] - counterfactual
+    certified = spec.synth_control.method == "out"
     table = pd.DataFrame({
         "time": [_plain(t) for t in layout.times],
         "period": ["pre"] * t0 + ["post"] * layout.h,
         "observed": y_raw,
         "counterfactual": np.concatenate([np.full(t0, np.nan), counterfactual]),
-        "effect": np.concatenate([np.full(t0, np.nan), effect]),
     })
-    avg, cum = float(np.mean(effect)), float(np.sum(effect))
-    certified = spec.synth_control.method == "out"
+    mean_y = float(np.mean(y_raw[t0:]))
+    raw_avg = mean_y - float(np.mean(counterfactual))
+    bounds = (omap.lo, omap.hi)
+    acc = plan.predicted()
+    if certified and acc is not None:  # DPSC_out: Chebyshev bounds from the public variance
+        hw = acc.halfwidth
+        table = add_interval_columns(table, "counterfactual", hw, bounds=bounds)
+        obs = table["observed"].to_numpy(dtype=np.float64)
+        table["effect"] = obs - table["counterfactual"]
+        table["effect_noise_lo"] = obs - table["counterfactual_noise_hi"]
+        table["effect_noise_hi"] = obs - table["counterfactual_noise_lo"]
+        avg: Any = interval_record(raw_avg, hw, alpha=acc.alpha, law=acc.law, bound=True,
+                                   bounds=(mean_y - omap.hi, mean_y - omap.lo))
+    else:
+        table["effect"] = table["observed"] - table["counterfactual"]
+        avg = raw_avg
+    effect = table["effect"].to_numpy(dtype=np.float64)[t0:]
+    cum: Any = float(np.sum(effect))
+    if isinstance(avg, dict):  # the sum of h noises: h times the average's Chebyshev bound
+        assert acc is not None
+        cum = interval_record(layout.h * avg["estimate"], layout.h * acc.halfwidth,
+                              alpha=acc.alpha, law=acc.law, bound=True)
     doc = effect_document(spec, layout, plan, avg, cum, certified)
     release = Release(documents={"effect.json": doc}, tables={"counterfactual": table})
     if spec.synth_control.release_weights:
         release.tables["weights"] = pd.DataFrame({
             "unit": [_plain(d) for d in layout.donors], "weight": f_out})
-    note = (f"DPSC_out, {plan.details['sensitivity']} Δ, step 2 {plan.details['step2']}"
-            if certified else "DPSC_obj: NO DP GUARANTEE")
-    release.figures["synth_control.png"] = plot_png(
-        table, target=str(_plain(layout.target)), epsilon=spec.privacy.epsilon, title_note=note)
+    target = str(_plain(layout.target))
+    if isinstance(avg, dict):
+        release.figures["synth_control.png"] = plot_capped_png(
+            table, target=target, epsilon=spec.privacy.epsilon, average=avg, bounds=bounds,
+            level=1.0 - acc.alpha if acc is not None else 0.95,
+            title=f"DPSC_out (the paper's method), {plan.details['sensitivity']} Δ")
+    else:
+        release.figures["synth_control.png"] = plot_png(
+            table, target=target, epsilon=spec.privacy.epsilon,
+            title_note="DPSC_obj: NO DP GUARANTEE")
     release.summary.update({
-        "average_post_effect": avg, "cumulative_post_effect": cum, "n_donors": layout.n,
+        "average_post_effect": avg["estimate"] if isinstance(avg, dict) else avg,
+        "cumulative_post_effect": cum["estimate"] if isinstance(cum, dict) else cum,
+        "n_donors": layout.n,
         "pre_periods": t0, "post_periods": layout.h, "step2": plan.details["step2"],
         "sensitivity": plan.details["sensitivity"],
     })
     return release
 
 
-def effect_document(spec: SynthControlSpec, layout: PanelLayout, plan: PrivacyPlan, avg: float,
-                    cum: float, certified: bool) -> dict[str, Any]:
+def effect_document(spec: SynthControlSpec, layout: PanelLayout, plan: PrivacyPlan, avg: Any,
+                    cum: Any, certified: bool) -> dict[str, Any]:
     """The small JSON summary of the release (all post-processing of private values + public y)."""
     d = plan.details
     doc: dict[str, Any] = {

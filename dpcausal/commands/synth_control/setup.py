@@ -1,12 +1,12 @@
 """synth-control's public setup: the neighbouring relation, the side file holding the panel's
-structure, the ridge λ and the checks made before any value is read."""
+structure and the checks made before any value is read."""
 
 from __future__ import annotations
 
+from dpcausal.commands.synth_control import ridge_penalty
 from dpcausal.commands.synth_control.panel import structure_columns
 from dpcausal.commands.synth_control.spec import SynthControlSpec
 from dpcausal.errors import SpecError, UncertifiedModeError
-from dpcausal.learners.rounding import cholesky_completes, gamma
 from dpcausal.method import SideInput
 
 COMMAND = "synth-control"
@@ -17,6 +17,22 @@ NEIGHBOURING = {
     "n_public": True,
     "public": "target series, unit ids, donor count n, periods T and T0, treatment time, bounds",
 }
+INDIVIDUAL = {
+    "relation": "change one person's data in one donor unit",
+    "unit": "one person in a donor unit, whose data moves each of that unit's cells by at most "
+            "individual.contribution / individual.population",
+    "n_public": True,
+    "public": "target series, unit ids, donor count n, periods T and T0, treatment time, bounds, "
+              "the contribution bound and the minimum cell population",
+    "weaker_than": "privacy_unit: donor — this hides one person, not a whole donor's series; a "
+                   "donor unit's aggregate pattern is not protected",
+}
+
+
+def neighbouring(spec: SynthControlSpec) -> dict[str, object]:
+    """The receipt's neighbouring relation for this spec's privacy unit."""
+    individual = spec.synth_control.privacy_unit == "individual"
+    return dict(INDIVIDUAL if individual else NEIGHBOURING)
 
 
 def side_inputs(spec: SynthControlSpec) -> dict[str, SideInput]:
@@ -30,22 +46,14 @@ def side_inputs(spec: SynthControlSpec) -> dict[str, SideInput]:
                                "panel structure (unit and time columns of the data file)")}
 
 
-def ridge_lambda(spec: SynthControlSpec, t0: int) -> tuple[float, str]:
-    lam = spec.synth_control.ridge_lambda
-    if lam == "T0":
-        return float(t0), "T0 (public rule)"
-    return float(lam), "spec"
-
-
 def check_lambda(lam: float, n: int, t0: int) -> None:
     """Refuse, before any value is read, a λ so small that the Cholesky solve of the ridge
     (X_preX_preᵀ + (λ/2)I, entries of X in [−1, 1], norm ≤ nT0) could fail on the data: a failed
     factorisation would be an exit that depends on the data (issue #13)."""
-    p = min(n, t0)
-    slack = gamma(max(n, t0) + 1) * n * t0  # rounding of the computed Gram matrix
-    if not cholesky_completes(p, n * t0 + lam / 2.0 + slack, lam / 2.0 - slack):
+    if not ridge_penalty.is_safe(lam, n, t0):
         raise SpecError(f"synth_control.lambda: {lam:g} is too small for a float64 ridge solve on "
-                        f"{n} donors and {t0} pre-periods that cannot fail; raise it (default T0)")
+                        f"{n} donors and {t0} pre-periods that cannot fail; raise it (or use the "
+                        "default rule, total)")
 
 
 def check_mode(spec: SynthControlSpec) -> None:
@@ -57,5 +65,6 @@ def check_mode(spec: SynthControlSpec) -> None:
             "method: out (the certified default), or set synth_control.allow_uncertified: true to "
             "reproduce the paper with a receipt that says dp_guarantee: false"
         )
-    if spec.privacy.delta != 0.0:
-        raise SpecError("privacy.delta: synth-control is pure ε-DP (δ = 0); set privacy.delta to 0")
+    if spec.privacy.delta != 0.0 and sec.method != "capped":
+        raise SpecError("privacy.delta: DPSC is pure ε-DP (δ = 0); set privacy.delta to 0 (δ > 0 "
+                        "is used only by method: capped, for a Gaussian path)")
