@@ -114,7 +114,7 @@ def test_exact_features_are_refused_on_an_engine(tmp_path: Path, data: dict[str,
 def test_worker_failure_mid_run_leaves_no_receipt_and_no_ledger_entry(
     tmp_path: Path, cluster: Any, data: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dpcausal.commands.cate.engine_rff as ecr
+    import dpcausal.commands.cate.rff as ecr
 
     spec = _spec(tmp_path, data["many"], ledger=True,
                  engine={"kind": "dask", "address": cluster.scheduler_address,
@@ -182,7 +182,7 @@ def test_a_worker_process_that_dies_mid_run_is_replaced_and_the_release_is_uncha
     one."""
     import os
 
-    import dpcausal.commands.cate.engine_rff as ecr
+    import dpcausal.commands.cate.rff as ecr
 
     w_ref, tau_ref, _ = _release(_spec(tmp_path, data["many"]))
     marker = tmp_path / "died"

@@ -111,11 +111,10 @@ def test_warm_start_uses_the_same_public_rows_on_every_engine(
     tmp_path: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The large-n warm start subsamples by global row index, so partitions cannot change it."""
-    import dpcausal.engine.newton as newton
+    from dpcausal.solvers import erm_passes
 
-    for mod in (erm, newton):
-        monkeypatch.setattr(mod, "WARM_START_MIN_ROWS", 1_000)
-        monkeypatch.setattr(mod, "WARM_START_ROWS", 300)
+    monkeypatch.setattr(erm, "WARM_START_MIN_ROWS", 1_000)
+    monkeypatch.setattr(erm, "WARM_START_ROWS", 300)
     frame = _frame(seed=1)
     parts = write_parts(frame, tmp_path / "p", n_files=3, row_group=350)
     reference = _theta(_spec(tmp_path, parts))
@@ -124,7 +123,7 @@ def test_warm_start_uses_the_same_public_rows_on_every_engine(
                   cluster.scheduler_address)
     np.testing.assert_allclose(local, reference, rtol=0, atol=1e-9)
     np.testing.assert_allclose(dask, reference, rtol=0, atol=1e-9)
-    parts_k = [newton.stride_rows((np.zeros((m, 1)), np.zeros(m), np.zeros(m)), s, k=10)[1].size
+    parts_k = [erm_passes.stride_rows((np.zeros((m, 1)), np.zeros(m), np.zeros(m)), s, k=10)[1].size
                for s, m in ((0, 1234), (1234, 1766))]
     assert sum(parts_k) == len(range(0, N_ROWS, 10))  # a function of the global row index only
 
@@ -132,20 +131,20 @@ def test_warm_start_uses_the_same_public_rows_on_every_engine(
 def test_worker_failure_mid_run_leaves_no_receipt_and_no_ledger_entry(
     tmp_path: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dpcausal.engine.newton as newton
+    from dpcausal.solvers import erm_passes
 
     parts = write_parts(_frame(), tmp_path / "p", n_files=2, row_group=500)
     spec = _spec(tmp_path, parts, ledger=True,
                  engine={"kind": "dask", "address": cluster.scheduler_address,
                          "batch_rows": 1000})
-    real = newton.line_derivative
+    real = erm_passes.line_derivative
 
     def flaky(part: Any, start: int, **kw: Any) -> Any:  # runs on a worker (a pickled copy)
         if start > 0:  # the second partition fails in the first line-search pass, mid-run
             raise distributed.comm.core.CommClosedError("worker lost")  # a cluster failure: exit 5
         return real(part, start, **kw)
 
-    monkeypatch.setattr(newton, "line_derivative", flaky)
+    monkeypatch.setattr(erm_passes, "line_derivative", flaky)
     res = invoke(["owl", "--spec", spec, "--test-noise-seed", "1"])
     assert res.exit_code == 5, res.stdout + res.stderr
     assert "Dask engine failed mid-run" in res.stderr
@@ -153,7 +152,7 @@ def test_worker_failure_mid_run_leaves_no_receipt_and_no_ledger_entry(
     assert not (tmp_path / "out" / "rule.json").exists()
     ledger = tmp_path / "ledger.jsonl"
     assert not ledger.exists() or ledger.read_text().strip() == ""
-    monkeypatch.setattr(newton, "line_derivative", real)
+    monkeypatch.setattr(erm_passes, "line_derivative", real)
     ok = invoke(["owl", "--spec", spec, "--test-noise-seed", "1"])  # the same run, healthy
     assert ok.exit_code == 0, ok.stdout + ok.stderr
     assert (tmp_path / "out" / "receipt.json").exists()
@@ -217,12 +216,12 @@ def test_a_worker_process_that_dies_mid_run_is_replaced_and_the_release_is_uncha
     one."""
     import os
 
-    import dpcausal.engine.newton as newton
+    from dpcausal.solvers import erm_line
 
     parts = write_parts(_frame(), tmp_path / "p", n_files=2, row_group=500)
     reference = _theta(_spec(tmp_path, parts))
     marker = tmp_path / "died"
-    real = newton.step_pass
+    real = erm_line.step_pass
 
     def dies_once(part: Any, start: int, **kw: Any) -> Any:  # pickled by value to the worker
         if start > 0 and not marker.exists():
@@ -230,7 +229,7 @@ def test_a_worker_process_that_dies_mid_run_is_replaced_and_the_release_is_uncha
             os._exit(1)
         return real(part, start, **kw)
 
-    monkeypatch.setattr(newton, "step_pass", dies_once)
+    monkeypatch.setattr(erm_line, "step_pass", dies_once)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=":0") as lc:
         theta = _theta(_spec(tmp_path, parts, engine={"kind": "dask", "batch_rows": 1000,

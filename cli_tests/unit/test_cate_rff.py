@@ -14,7 +14,7 @@ from dpcausal.commands.cate.estimate import prepare, run, second_stage_rff
 from dpcausal.commands.cate.krr import huber_value, pseudo_outcomes
 from dpcausal.commands.cate.plan import plan
 from dpcausal.commands.cate.privacy import function_mechanism, nuisance_learners
-from dpcausal.commands.cate.rff import FourierFeatures, fit_rff, fit_rff_streaming
+from dpcausal.commands.cate.rff import FourierFeatures, fit_rff_streaming
 from dpcausal.commands.cate.setup import build_setup, rff_features
 from dpcausal.learners.dp_logistic import PropensityModel
 from dpcausal.learners.dp_ridge import OutcomeModel
@@ -33,12 +33,13 @@ def test_features_have_unit_norm_and_approximate_the_gaussian_kernel() -> None:
 def test_fit_is_exact_for_squared_and_huber_losses() -> None:
     rng = np.random.default_rng(3)
     n = 400
-    z = FourierFeatures.draw(2, 30, 0.4, seed=4).transform(rng.uniform(size=(n, 2)))
+    feats, s = FourierFeatures.draw(2, 30, 0.4, seed=4), rng.uniform(size=(n, 2))
+    z = feats.transform(s)
     rho, phi = rng.uniform(0.05, 0.9, n), rng.standard_cauchy(n)
-    sq = fit_rff(z, rho, phi, lam0=0.01, huber_c=None, grad_tol=1e-12)
+    sq = fit_rff_streaming(feats, s, rho, phi, lam0=0.01, huber_c=None, grad_tol=1e-12)
     ref = Ridge(alpha=n * 0.01, fit_intercept=False, solver="cholesky").fit(z, phi, sample_weight=rho)
     assert np.allclose(sq.w, ref.coef_, atol=1e-8)
-    hub = fit_rff(z, rho, phi, lam0=0.01, huber_c=0.7, grad_tol=1e-12)
+    hub = fit_rff_streaming(feats, s, rho, phi, lam0=0.01, huber_c=0.7, grad_tol=1e-12)
 
     def obj(w: np.ndarray) -> float:
         return float(rho @ huber_value(z @ w - phi, 0.7)) / n + 0.01 * float(w @ w)
@@ -156,9 +157,11 @@ def test_the_returned_weights_meet_the_tolerance_at_z_w_computed_from_scratch(
 
     rng = np.random.default_rng(21)
     n, lam0, tol = 800, 0.01, 1e-11
-    z = FourierFeatures.draw(2, 25, 0.4, seed=22).transform(rng.uniform(size=(n, 2)))
+    feats, s = FourierFeatures.draw(2, 25, 0.4, seed=22), rng.uniform(size=(n, 2))
+    z = feats.transform(s)
     rho, phi = rng.uniform(0.05, 0.9, n), 2.0 * rng.standard_cauchy(n)
-    w = fit_rff(z, rho, phi, lam0=lam0, huber_c=huber_c, grad_tol=tol, rows=111).w
+    w = fit_rff_streaming(feats, s, rho, phi, lam0=lam0, huber_c=huber_c, grad_tol=tol,
+                          rows=111).w
     grad = z.T @ (rho * huber_derivative(z @ w - phi, huber_c)) / n + 2.0 * lam0 * w
     assert float(np.linalg.norm(grad)) <= tol
 

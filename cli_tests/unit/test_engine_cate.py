@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from dpcausal.commands.cate import engine as engine_cate
-from dpcausal.commands.cate import engine_rff as ecr
 from dpcausal.commands.cate import rff as cate_rff
-from dpcausal.commands.cate.rff import FourierFeatures, fit_rff
+from dpcausal.commands.cate.rff import FourierFeatures, fit_rff_streaming, solve_rff
 from dpcausal.engine import split
 from dpcausal.engine.base import tree_add
 from dpcausal.errors import SolverError
@@ -57,7 +56,7 @@ def test_engine_rff_solver_equals_the_in_memory_solver_with_damped_steps(
     rho = rng.uniform(0.05, 0.9, n)
     phi = 3.0 * rng.standard_cauchy(n)
     lam0, c, tol = 1e-4, 0.05, 1e-11
-    ref = fit_rff(feats.transform(s), rho, phi, lam0=lam0, huber_c=c, grad_tol=tol)
+    ref = fit_rff_streaming(feats, s, rho, phi, lam0=lam0, huber_c=c, grad_tol=tol)
     signs: list[float] = []
     real = cate_rff._add_gram_upper
 
@@ -67,7 +66,7 @@ def test_engine_rff_solver_equals_the_in_memory_solver_with_damped_steps(
 
     monkeypatch.setattr(cate_rff, "_add_gram_upper", spy)
     engine = _batches(s, rho, phi)
-    fit = ecr.solve_rff_engine(engine, feats, n=n, lam0=lam0, huber_c=c, grad_tol=tol, rows=37)
+    fit = solve_rff(engine, feats, n=n, lam0=lam0, huber_c=c, grad_tol=tol, rows=37)
     np.testing.assert_allclose(fit.w, ref.w, rtol=0, atol=1e-9)
     assert fit.iterations == ref.iterations and fit.grad_norm <= tol
     assert engine.passes > fit.iterations + 1  # some steps were damped (one extra pass each)
@@ -85,9 +84,9 @@ def test_engine_rff_solver_squared_and_wide_huber(huber_c: float | None) -> None
     n = CUTS[-1]
     feats = FourierFeatures.draw(2, 25, 0.4, seed=4)
     s, rho, phi = rng.uniform(size=(n, 2)), rng.uniform(0.05, 0.9, n), rng.normal(0, 3, n)
-    ref = fit_rff(feats.transform(s), rho, phi, lam0=0.01, huber_c=huber_c, grad_tol=1e-11)
-    fit = ecr.solve_rff_engine(_batches(s, rho, phi), feats, n=n, lam0=0.01, huber_c=huber_c,
-                               grad_tol=1e-11)
+    ref = fit_rff_streaming(feats, s, rho, phi, lam0=0.01, huber_c=huber_c, grad_tol=1e-11)
+    fit = solve_rff(_batches(s, rho, phi), feats, n=n, lam0=0.01, huber_c=huber_c,
+                    grad_tol=1e-11)
     np.testing.assert_allclose(fit.w, ref.w, rtol=0, atol=1e-9)
 
 
@@ -97,8 +96,8 @@ def test_engine_rff_solver_refuses_an_unreached_tolerance() -> None:
     feats = FourierFeatures.draw(2, 10, 0.4, seed=4)
     s, rho, phi = rng.uniform(size=(n, 2)), rng.uniform(0.05, 0.9, n), rng.normal(0, 3, n)
     with pytest.raises(SolverError, match="gradient tolerance"):
-        ecr.solve_rff_engine(_batches(s, rho, phi), feats, n=n, lam0=1e-5, huber_c=0.01,
-                             grad_tol=1e-30, max_iter=2)
+        solve_rff(_batches(s, rho, phi), feats, n=n, lam0=1e-5, huber_c=0.01,
+                  grad_tol=1e-30, max_iter=2)
 
 
 def test_nuisance_passes_equal_the_in_memory_learners() -> None:

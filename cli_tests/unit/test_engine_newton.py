@@ -1,7 +1,7 @@
-"""The engine's ERM solver (dpcausal/engine/newton.py) is as robust as the in-memory one
-(dpcausal/solvers/erm.py): exact line search over passes, the same fallback chain, the same
-certificate. A refusal that depends on the data and differs from memory would distinguish
-neighbouring datasets (privacy review F4)."""
+"""The ERM solver (dpcausal/solvers/erm.py) on an engine's pieces is as robust as on the one
+in-memory piece: exact line search over passes, the same fallback chain, the same certificate. A
+refusal that depends on the data and differs from memory would distinguish neighbouring datasets
+(privacy review F4)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cli_tests.erm_reference import _newton_line_search
 from cli_tests.helpers import invoke, read_json, write_yaml
-from dpcausal.engine import newton
 from dpcausal.engine.base import tree_add
 from dpcausal.errors import SolverError
-from dpcausal.solvers import erm
+from dpcausal.solvers import erm, erm_line, erm_passes
 from dpcausal.solvers.erm import HuberHinge, solve_weighted_erm
 
 
@@ -131,8 +131,8 @@ def test_engine_and_memory_both_converge_and_agree(seed: int) -> None:
     p = _problem(seed)
     gamma, tol = p["gamma"], p["grad_tol"]
     mem = solve_weighted_erm(p["v"], p["y"], p["w"], gamma=gamma, loss=p["loss"], grad_tol=tol)
-    eng = newton.solve_erm_engine(BlockEngine(p["v"], p["y"], p["w"]), d=p["v"].shape[1],
-                                  gamma=gamma, loss=p["loss"], grad_tol=tol)
+    eng = erm.solve_erm(BlockEngine(p["v"], p["y"], p["w"]), d=p["v"].shape[1],
+                        gamma=gamma, loss=p["loss"], grad_tol=tol)
     # the certificate: the returned norm is ‖∇G‖ at the returned θ, from scratch
     g = erm.gradient(eng.theta, p["v"], p["y"], p["w"], gamma, p["loss"])
     assert eng.grad_norm <= tol
@@ -161,18 +161,19 @@ def test_the_line_search_is_exact_to_erms_tolerance(seed: int) -> None:
     step = np.linalg.solve(hess, grad) * float(rng.choice([1.0, 30.0]))
     d0 = -float(grad @ step)
     engine = BlockEngine(v, y, w)
-    t, g_at, _h_at = newton.line_search(engine, theta, step, d0=d0,
-                                        curv0=float(step @ hess @ step), gamma=gamma, h=h)
-    assert engine.passes <= newton.MAX_LINE_PASSES
+    t, g_at, _h_at = erm_line.line_search(engine, theta, step, d0=d0,
+                                          curv0=float(step @ hess @ step), gamma=gamma, h=h)
+    assert engine.passes <= erm_line.MAX_LINE_PASSES
     u = y * (v @ step)
     wu = w * u
 
     def dphi(s: float) -> float:
-        return float(-(wu @ erm._dloss(z - s * u, h))) - gamma * float((theta - s * step) @ step)
+        return float(-(wu @ erm_passes.huber_dloss(z - s * u, h))) - gamma * float(
+            (theta - s * step) @ step)
 
     tol = max(1e-10 * abs(d0), 1e-13 * (float(np.abs(wu).sum())
                                         + gamma * (abs(float(theta @ step)) + float(step @ step))))
-    t_mem = erm._newton_line_search(z, u, w, h, gamma, theta, step, d0)
+    t_mem = _newton_line_search(z, u, w, h, gamma, theta, step, d0)
     assert abs(dphi(t)) <= 10 * tol or (t == 1.0 and dphi(1.0) <= 10 * tol)
     assert abs(t - t_mem) <= 1e-6 * max(t_mem, 1e-12) + 1e-12
     if g_at is not None:
@@ -190,8 +191,8 @@ def test_a_full_newton_step_costs_one_pass() -> None:
     sol = solve_weighted_erm(v, y, w, gamma=gamma, loss=p["loss"], grad_tol=p["grad_tol"])
     start = sol.theta + 1e-3 * np.random.default_rng(0).normal(size=sol.theta.size)
     engine = BlockEngine(v, y, w)
-    _theta, gnorm, its = newton.newton(engine, start, gamma=gamma, h=p["loss"].h,
-                                       grad_tol=p["grad_tol"], max_newton=10)
+    _theta, gnorm, its = erm.newton(engine, start, gamma=gamma, h=p["loss"].h,
+                                    grad_tol=p["grad_tol"], max_newton=10)
     assert gnorm <= p["grad_tol"]
     assert its >= 1
     assert engine.passes == 1 + its
@@ -203,7 +204,7 @@ def test_when_newton_fails_the_lbfgs_fallback_and_polish_still_certify(
     monkeypatch: pytest.MonkeyPatch
 ) -> None:
     p = _problem(4)
-    real = newton.newton
+    real = erm.newton
     calls: list[bool] = []
 
     def fails_twice(engine: Any, theta: np.ndarray, **kw: Any) -> Any:
@@ -212,10 +213,10 @@ def test_when_newton_fails_the_lbfgs_fallback_and_polish_still_certify(
             return theta, np.inf, kw["max_newton"]
         return real(engine, theta, **kw)
 
-    monkeypatch.setattr(newton, "newton", fails_twice)
+    monkeypatch.setattr(erm, "newton", fails_twice)
     engine = BlockEngine(p["v"], p["y"], p["w"])
-    sol = newton.solve_erm_engine(engine, d=p["v"].shape[1], gamma=p["gamma"], loss=p["loss"],
-                                  grad_tol=p["grad_tol"])
+    sol = erm.solve_erm(engine, d=p["v"].shape[1], gamma=p["gamma"], loss=p["loss"],
+                        grad_tol=p["grad_tol"])
     assert len(calls) == 2
     assert sol.grad_norm <= p["grad_tol"]
     mem = solve_weighted_erm(p["v"], p["y"], p["w"], gamma=p["gamma"], loss=p["loss"],
@@ -228,7 +229,7 @@ def test_lbfgs_passes_give_the_objective_and_its_gradient() -> None:
     v, y, w, gamma, loss = p["v"], p["y"], p["w"], p["gamma"], p["loss"]
     theta = np.random.default_rng(0).normal(size=v.shape[1])
     value, grad = BlockEngine(v, y, w).map_sum(
-        lambda part, start: newton.value_grad(part, start, theta=theta, h=loss.h))
+        lambda part, start: erm.value_grad(part, start, theta=theta, h=loss.h))
     ref_value, ref_grad = erm.objective(theta, v, y, w, gamma, loss)
     assert value + 0.5 * gamma * float(theta @ theta) == pytest.approx(ref_value, rel=1e-12)
     np.testing.assert_allclose(grad + gamma * theta, ref_grad, rtol=1e-12, atol=1e-12)
@@ -237,7 +238,7 @@ def test_lbfgs_passes_give_the_objective_and_its_gradient() -> None:
 def test_refuses_only_when_every_stage_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     p = _problem(6)
     stages: list[str] = []
-    real_lbfgs = newton.lbfgs_start
+    real_lbfgs = erm.lbfgs_start
 
     def never(engine: Any, theta: np.ndarray, **kw: Any) -> Any:
         stages.append("newton")
@@ -247,9 +248,9 @@ def test_refuses_only_when_every_stage_fails(monkeypatch: pytest.MonkeyPatch) ->
         stages.append("lbfgs")
         return real_lbfgs(*args, **kw)
 
-    monkeypatch.setattr(newton, "newton", never)
-    monkeypatch.setattr(newton, "lbfgs_start", lbfgs)
+    monkeypatch.setattr(erm, "newton", never)
+    monkeypatch.setattr(erm, "lbfgs_start", lbfgs)
     with pytest.raises(SolverError, match="did not reach its stated gradient tolerance"):
-        newton.solve_erm_engine(BlockEngine(p["v"], p["y"], p["w"]), d=p["v"].shape[1],
-                                gamma=p["gamma"], loss=p["loss"], grad_tol=p["grad_tol"])
+        erm.solve_erm(BlockEngine(p["v"], p["y"], p["w"]), d=p["v"].shape[1],
+                      gamma=p["gamma"], loss=p["loss"], grad_tol=p["grad_tol"])
     assert stages == ["newton", "lbfgs", "newton"]

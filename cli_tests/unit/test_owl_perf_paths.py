@@ -12,7 +12,8 @@ from scipy import optimize
 from dpcausal.commands.common.linear_rule import FeatureMap, random_fourier_projection
 from dpcausal.errors import DataError
 from dpcausal.frames import numeric_column, numeric_columns, numeric_matrix
-from dpcausal.solvers import erm
+from dpcausal.solvers import erm, erm_passes
+from dpcausal.solvers.backend import InMemory
 from dpcausal.solvers.erm import HuberHinge, gradient, objective, solve_weighted_erm
 
 
@@ -156,7 +157,7 @@ def test_degenerate_problem_falls_back_and_still_converges() -> None:
 def test_dloss_equals_huber_derivative() -> None:
     z = np.linspace(-3, 4, 10_001)
     for h in (0.01, 0.5, 2.0):
-        np.testing.assert_array_equal(erm._dloss(z, h), HuberHinge(h).derivative(z))
+        np.testing.assert_array_equal(erm_passes.huber_dloss(z, h), HuberHinge(h).derivative(z))
 
 
 @pytest.mark.parametrize("gamma", [0.5, 50.0, 5000.0])
@@ -170,10 +171,11 @@ def test_subsample_warm_start_gives_a_certified_solution(monkeypatch: pytest.Mon
     y = rng.choice([-1.0, 1.0], size=n)
     w = rng.uniform(0, 30, n)
     loss, tol = HuberHinge(0.5), 30e-6
-    start = erm._warm_start(v, y, w, gamma, loss.h, tol, 100)
-    assert start is not None
+    start = erm.warm_start(InMemory((v, y, w), n), d=d, gamma=gamma, loss=loss, grad_tol=tol)
+    assert np.any(start != 0.0)  # the subsample's minimiser, not the cold start
     sol = solve_weighted_erm(v, y, w, gamma=gamma, loss=loss, grad_tol=tol)
     assert np.linalg.norm(gradient(sol.theta, v, y, w, gamma, loss)) <= tol
-    cold, cold_g, _ = erm._newton(v, y, w, gamma, loss.h, tol, np.zeros(d), 100)
+    cold, cold_g, _ = erm.newton(InMemory((v, y, w), n), np.zeros(d), gamma=gamma, h=loss.h,
+                                 grad_tol=tol, max_newton=100)
     assert cold_g <= tol
     assert np.linalg.norm(sol.theta - cold) <= 2 * tol / gamma

@@ -36,6 +36,7 @@ from dpcausal.io.tables import (
     parquet_files,
     safe_reason,
 )
+from dpcausal.solvers.backend import Backend, StatFn
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,12 +201,12 @@ def tree_add(a: Any, b: Any) -> Any:
 
 PrepareFn = Callable[[pd.DataFrame, int], Any]
 """(frame of one batch, its global start row) → the method's per-row mapped arrays."""
-StatFn = Callable[[Any, int], Any]
-"""(prepared batch, its global start row) → a statistic to be summed over batches."""
 
 
-class Engine(Protocol):
-    """The data-pass interface a method's engine path uses."""
+class Engine(Backend, Protocol):
+    """The data-pass interface a command's engine path uses: a solver's :class:`Backend` (every
+    pass a ``map_sum`` or ``map_list`` of per-batch statistics) whose rows are read and mapped
+    batch by batch."""
 
     n_rows: int
     description: str

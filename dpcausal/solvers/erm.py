@@ -1,4 +1,5 @@
-"""Weighted margin-loss ERM with the ½‖θ‖² regulariser, solved to a stated gradient tolerance.
+"""Weighted margin-loss ERM with the ½‖θ‖² regulariser, solved to a stated gradient tolerance —
+one solver for every backend.
 
 The objective, in sum form (same argmin as the paper's (1/n)Σ + (γ/n)R form),
 
@@ -7,10 +8,34 @@ The objective, in sum form (same argmin as the paper's (1/n)Σ + (γ/n)R form),
 is γ-strongly convex when every w_i ≥ 0 and ℓ is convex. Hence for any θ̃,
 ‖θ̃ − θ̂‖ ≤ ‖∇G(θ̃)‖/γ: a solve that stops at ‖∇G‖ ≤ τ is within τ/γ of the exact minimiser, and a
 sensitivity derived for the exact minimiser holds for the returned point after adding 2τ/γ.
+
+Every data pass is one ``backend.map_sum`` (or ``map_list``) of per-piece statistics
+(:mod:`dpcausal.solvers.erm_passes`): in memory the backend is the prepared table as one piece
+(:class:`dpcausal.solvers.backend.InMemory`), on an engine the batches or partitions of the table.
+So each objective has one solver and one certificate whatever the backend:
+
+* Newton's method (:func:`newton`) takes the Newton direction from a gradient pass (the gradient
+  and the Hessian Σ_quad w v vᵀ/(2h) at θ, margins computed from scratch) and the step length from
+  an exact line search over passes (:func:`dpcausal.solvers.erm_line.line_search`): φ'(t) of
+  φ(t) = G(θ − t·step) is increasing and piecewise linear, so it is bracketed, never interpolated,
+  to the rounding level of φ'. A full step costs one pass (its gradient and Hessian come with the
+  line pass), a damped one two to four.
+* For n ≥ ``WARM_START_MIN_ROWS`` Newton starts from the minimiser on a fixed 1-in-k subsample of
+  the rows (every k-th global row, weights scaled by n/m; the subsample is solved in memory by this
+  same solver). Should Newton not reach the tolerance: Newton from θ = 0, then L-BFGS-B from θ = 0
+  (one value pass per evaluation) followed by the same Newton polish. :class:`SolverError` only
+  when all of them fail — never an inexact solution returned silently.
+
+The certificate is the stopping test ‖∇G(θ)‖ ≤ τ, always on a gradient computed from scratch over
+every row at exactly the returned θ (a gradient pass at θ, or a line pass whose candidate is θ,
+with the margins y vᵀθ recomputed), so the returned θ is within τ/γ of the exact minimiser. The
+line search, the fallbacks and the start only shape the path. The number of passes depends on the
+data and is never published.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +43,9 @@ import numpy.typing as npt
 from scipy import optimize
 
 from dpcausal.errors import SolverError
+from dpcausal.solvers.backend import Backend, InMemory
+from dpcausal.solvers.erm_line import line_search
+from dpcausal.solvers.erm_passes import Part, grad_hess, hessian, huber_dloss, stride_rows
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -74,141 +102,13 @@ def gradient(theta: FloatArray, v: FloatArray, y: FloatArray, w: FloatArray, gam
     return v.T @ (w * loss.derivative(y * (v @ theta)) * y) + gamma * theta
 
 
-def _dloss(z: FloatArray, h: float) -> FloatArray:
-    """ℓ'(z) of the Huber hinge, −clip((1 + h − z)/(2h), 0, 1): the same values as
-    :meth:`HuberHinge.derivative`, in one pass with no ``np.where`` temporaries."""
-    out = (1.0 + h) - z
-    out /= 2.0 * h
-    np.clip(out, 0.0, 1.0, out=out)
-    np.negative(out, out=out)
-    return out
-
-
-def _newton_line_search(z: FloatArray, u: FloatArray, w: FloatArray, h: float, gamma: float,
-                        theta: FloatArray, step: FloatArray, d0: float) -> float:
-    """argmin_t G(θ − t·step) for t ∈ [0, 1], to float precision of the derivative.
-
-    φ(t) = G(θ − t·step) is convex and piecewise quadratic; with z = y·(vθ) and u = y·(v·step),
-    φ'(t) = −Σ w_i ℓ'(z_i − t u_i) u_i − γ(θ − t·step)·step is increasing and piecewise linear,
-    and φ''(t) = Σ_{|1 − z_i + t u_i| ≤ h} w_i u_i²/(2h) + γ‖step‖². A Newton iteration on φ',
-    safeguarded by a bracket, finds the root. Rows whose margin stays in one piece of ℓ for every
-    t ∈ [0, 1] (the pieces are intervals and z_i − t u_i is monotone, so checking both ends
-    suffices) contribute a fixed a + b·t, summed once; each evaluation then only visits the rows
-    that change piece. Working on φ' rather than on values of G avoids the cancellation that makes
-    value-based (Armijo) tests fail near the optimum when G is a sum of many terms.
-    ``d0`` = φ'(0) = −∇G(θ)·step < 0.
-    """
-    inv2h = 1.0 / (2.0 * h)
-    th_s = float(theta @ step)
-    ss = float(step @ step)
-    z1 = z - u
-    lin0, lin1 = z < 1.0 - h, z1 < 1.0 - h
-    zero0, zero1 = z > 1.0 + h, z1 > 1.0 + h
-    lin = lin0 & lin1
-    quad = ~(lin0 | zero0) & ~(lin1 | zero1)
-    moving = np.flatnonzero(~(lin | quad | (zero0 & zero1)))
-    wu = w * u
-    a = float(wu[lin].sum()) + inv2h * float(wu[quad] @ ((1.0 + h) - z[quad]))
-    b = inv2h * float(wu[quad] @ u[quad])
-    zm, um, wm = z[moving], u[moving], w[moving]
-    # rounding level of φ': below it the sign of φ' carries no information
-    tol = max(1e-10 * abs(d0), 1e-13 * (float(np.abs(wu).sum()) + gamma * (abs(th_s) + ss)))
-
-    def dphi(t: float) -> tuple[float, float]:
-        zt = zm - t * um
-        val = a + b * t - float((wm * _dloss(zt, h)) @ um) - gamma * (th_s - t * ss)
-        q = np.abs(1.0 - zt) <= h
-        curv = b + inv2h * float(wm[q] @ (um[q] * um[q])) + gamma * ss
-        return val, curv
-
-    hi_val, hi_curv = dphi(1.0)
-    if hi_val <= tol:
-        return 1.0
-    lo, hi = 0.0, 1.0
-    lo_val = d0
-    # the secant uses Illinois-damped end values, so a fixed end cannot stall it
-    lo_sec, hi_sec, side = lo_val, hi_val, 0
-    t, val, curv = 1.0, hi_val, hi_curv
-    for _ in range(200):
-        cand = t - val / curv  # Newton on φ' (exact once the quadratic pieces stop changing)
-        if not lo < cand < hi:
-            cand = hi - hi_sec * (hi - lo) / (hi_sec - lo_sec)  # regula falsi in the bracket
-            if not lo < cand < hi:
-                cand = 0.5 * (lo + hi)
-        if cand == t:
-            break
-        t = cand
-        val, curv = dphi(t)
-        if abs(val) <= tol:
-            return t
-        if val < 0.0:
-            lo, lo_val, lo_sec = t, val, val
-            if side == -1:
-                hi_sec *= 0.5
-            side = -1
-        else:
-            hi, hi_val, hi_sec = t, val, val
-            if side == 1:
-                lo_sec *= 0.5
-            side = 1
-        if hi - lo <= 1e-14 * max(1.0, hi):
-            break
-    return lo if abs(lo_val) < abs(hi_val) else hi
-
-
-def _newton(v: FloatArray, y: FloatArray, w: FloatArray, gamma: float, h: float,
-            grad_tol: float, theta: FloatArray, max_newton: int) -> tuple[FloatArray, float, int]:
-    """Newton's method with an exact line search from ``theta``; returns (θ, ‖∇G(θ)‖, iterations).
-
-    Between iterations the margins are updated, z ← z − t·u, and the Hessian Σ_quad w v vᵀ/(2h) is
-    updated by the rows that changed piece. Before anything is returned the margins and the
-    gradient are recomputed from scratch at θ, so the returned norm is the certificate ‖∇G(θ)‖
-    itself.
-    """
-    d = v.shape[1]
-    curv_w = w * (1.0 / (2.0 * h))
+def value_grad(part: Part, start: int, *, theta: FloatArray, h: float
+               ) -> tuple[float, FloatArray]:
+    """Σ_batch w ℓ(y vᵀθ) and Σ_batch w ℓ'(y vᵀθ) y v (the L-BFGS-B fallback's pass)."""
+    v, y, w = part
     z = y * (v @ theta)
-    exact = True
-    mask: npt.NDArray[np.bool_] | None = None
-    base = np.zeros((d, d))
-    it = 0
-    while True:
-        grad = v.T @ (w * _dloss(z, h) * y) + gamma * theta
-        gnorm = float(np.linalg.norm(grad))
-        stop = gnorm <= grad_tol or it >= max_newton
-        if not stop:
-            new_mask = np.abs(1.0 - z) <= h
-            changed = None if mask is None else np.flatnonzero(new_mask ^ mask)
-            if changed is None or 4 * changed.size > max(int(np.count_nonzero(new_mask)), 1):
-                active = np.flatnonzero(new_mask)
-                va = v[active]
-                base = va.T @ (va * curv_w[active][:, None])
-            elif changed.size:  # rank-|changed| update: + rows that entered, − rows that left
-                vc = v[changed]
-                signed = np.where(new_mask[changed], curv_w[changed], -curv_w[changed])
-                base = base + vc.T @ (vc * signed[:, None])
-            mask = new_mask
-            hess = base.copy()
-            hess[np.diag_indices(d)] += gamma
-            step = np.asarray(np.linalg.solve(hess, grad), dtype=np.float64)
-            d0 = -float(grad @ step)
-            stop = not d0 < 0.0  # not a descent direction at float precision: no progress left
-        if not stop:
-            u = y * (v @ step)
-            t = _newton_line_search(z, u, w, h, gamma, theta, step, d0)
-            # no representable progress left?
-            stop = t * float(np.linalg.norm(step)) <= 1e-15 * (1.0 + float(np.linalg.norm(theta)))
-        if stop:
-            if exact:
-                return theta, gnorm, it
-            z = y * (v @ theta)  # certify (or continue) from margins computed from scratch
-            exact = True
-            mask = None
-            continue
-        theta = theta - t * step
-        z -= t * u
-        exact = False
-        it += 1
+    value = float(w @ HuberHinge(h).value(z))
+    return value, v.T @ (w * huber_dloss(z, h) * y)
 
 
 WARM_START_MIN_ROWS = 400_000
@@ -216,22 +116,116 @@ WARM_START_MIN_ROWS = 400_000
 WARM_START_ROWS = 50_000
 
 
-def _warm_start(v: FloatArray, y: FloatArray, w: FloatArray, gamma: float, h: float,
-                grad_tol: float, max_newton: int) -> FloatArray | None:
-    """A starting point for large n: the minimiser on every k-th row, weights scaled by n/m.
-
-    Only the path of the solve depends on it: the returned θ is still certified by the full
-    gradient ‖∇G(θ)‖ ≤ τ, so it is within τ/γ of the exact minimiser whatever the start. The
-    subsample is a fixed stride (no randomness, nothing data-dependent)."""
-    n = v.shape[0]
+def warm_start(backend: Backend, *, d: int, gamma: float, loss: HuberHinge,
+               grad_tol: float) -> FloatArray:
+    """The start for large n: the minimiser on every k-th global row (weights × n/m), solved in
+    memory; θ = 0 for n < ``WARM_START_MIN_ROWS`` or when that solve fails. Only the path of the
+    solve depends on it (the returned θ is certified on all rows); the subsample is a fixed
+    stride of the global row index (no randomness, nothing data-dependent)."""
+    n = backend.n_rows
     if n < WARM_START_MIN_ROWS:
-        return None
+        return np.zeros(d)
     k = n // WARM_START_ROWS
-    vs = np.ascontiguousarray(v[::k])
-    scale = n / vs.shape[0]
-    theta, _, _ = _newton(vs, y[::k], w[::k] * scale, gamma, h, grad_tol * scale,
-                          np.zeros(v.shape[1]), max_newton)
-    return theta if bool(np.all(np.isfinite(theta))) else None
+    parts = backend.map_list(functools.partial(stride_rows, k=k))
+    vs = np.concatenate([p[0] for p in parts])
+    ys = np.concatenate([p[1] for p in parts])
+    ws = np.concatenate([p[2] for p in parts])
+    scale = n / ys.size
+    try:
+        theta = solve_weighted_erm(vs, ys, ws * scale, gamma=gamma, loss=loss,
+                                   grad_tol=grad_tol * scale).theta
+    except SolverError:
+        return np.zeros(d)
+    return theta if bool(np.all(np.isfinite(theta))) else np.zeros(d)
+
+
+def newton(backend: Backend, theta: FloatArray, *, gamma: float, h: float, grad_tol: float,
+           max_newton: int) -> tuple[FloatArray, float, int]:
+    """Newton with the exact line search from ``theta``; (θ, ‖∇G(θ)‖, iterations).
+
+    On an engine, one pass per iteration when the full step is taken (its gradient and Hessian
+    come with the line pass), two when a later line pass's candidate is accepted, one more when
+    another point is. In memory a pass is a function call, so the line passes compute only the
+    candidates' gradients and the Hessian follows at the point accepted, if Newton continues
+    (the same values: only the work is arranged differently)."""
+    d = theta.size
+    speculative = not isinstance(backend, InMemory)
+    g_data, h_data = backend.map_sum(functools.partial(grad_hess, theta=theta, h=h))
+    for it in range(max_newton + 1):
+        grad = g_data + gamma * theta
+        gnorm = float(np.linalg.norm(grad))
+        if gnorm <= grad_tol or it == max_newton or not np.isfinite(gnorm):
+            return theta, gnorm, it
+        if h_data is None:
+            h_data = backend.map_sum(functools.partial(hessian, theta=theta, h=h))
+        hess = h_data + gamma * np.eye(d)
+        step = np.linalg.solve(hess, grad)
+        d0 = -float(grad @ step)
+        if not d0 < 0.0:
+            return theta, gnorm, it
+        curv0 = float(step @ hess @ step)
+        t, g_new, h_new = line_search(backend, theta, step, d0=d0, curv0=curv0, gamma=gamma, h=h,
+                                      hessians=speculative)
+        if t * float(np.linalg.norm(step)) <= 1e-15 * (1.0 + float(np.linalg.norm(theta))):
+            return theta, gnorm, it
+        theta = theta - t * step
+        if g_new is None:
+            g_new, h_new = backend.map_sum(functools.partial(grad_hess, theta=theta, h=h))
+        g_data, h_data = g_new, h_new
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def lbfgs_start(backend: Backend, *, d: int, gamma: float, h: float, grad_tol: float
+                ) -> FloatArray:
+    """erm's L-BFGS-B fallback start (same options), one value pass per function evaluation."""
+
+    def fun(x: FloatArray) -> tuple[float, FloatArray]:
+        x = np.asarray(x, dtype=np.float64)
+        value, grad = backend.map_sum(functools.partial(value_grad, theta=x, h=h))
+        return float(value) + 0.5 * gamma * float(x @ x), grad + gamma * x
+
+    res = optimize.minimize(
+        fun, np.zeros(d), jac=True, method="L-BFGS-B",
+        options={"maxiter": 200, "gtol": grad_tol / np.sqrt(d), "ftol": 1e-15},
+    )
+    x = np.asarray(res.x, dtype=np.float64)
+    return x if bool(np.all(np.isfinite(x))) else np.zeros(d)
+
+
+def solve_erm(backend: Backend, *, d: int, gamma: float, loss: HuberHinge, grad_tol: float,
+              max_newton: int = 100) -> ERMSolution:
+    """Minimise G(θ) = Σ w ℓ(y vᵀθ) + (γ/2)‖θ‖² over the backend's rows to ‖∇G‖ ≤ ``grad_tol``.
+
+    Newton from the warm start (θ = 0 for small n), then Newton from θ = 0, then L-BFGS-B
+    followed by the Newton polish. The backend's pieces are (v, y, w): rows with ‖v_i‖ ≤ 1,
+    labels ±1, weights ≥ 0 (:data:`dpcausal.solvers.erm_passes.Part`).
+
+    Raises
+    ------
+    SolverError
+        When the tolerance is not reached (never returns an inexact solution silently).
+    """
+    if gamma <= 0:
+        raise ValueError("gamma must be > 0")
+    h = loss.h
+    start = warm_start(backend, d=d, gamma=gamma, loss=loss, grad_tol=grad_tol)
+    theta, gnorm, its = newton(backend, start, gamma=gamma, h=h, grad_tol=grad_tol,
+                               max_newton=max_newton)
+    if not gnorm <= grad_tol and np.any(start != 0.0):  # NaN too, as erm
+        theta, gnorm, more = newton(backend, np.zeros(d), gamma=gamma, h=h,
+                                    grad_tol=grad_tol, max_newton=max_newton)
+        its += more
+    if not gnorm <= grad_tol:
+        x0 = lbfgs_start(backend, d=d, gamma=gamma, h=h, grad_tol=grad_tol)
+        theta, gnorm, more = newton(backend, x0, gamma=gamma, h=h, grad_tol=grad_tol,
+                                    max_newton=max_newton)
+        its += more
+    if gnorm <= grad_tol:
+        return ERMSolution(theta, gnorm, its)
+    raise SolverError(
+        f"the weighted ERM solve did not reach its stated gradient tolerance {grad_tol:.3g}, "
+        "so its sensitivity bound would not hold; try a larger gamma, or report this as a bug"
+    )
 
 
 def solve_weighted_erm(
@@ -244,48 +238,17 @@ def solve_weighted_erm(
     grad_tol: float,
     max_newton: int = 100,
 ) -> ERMSolution:
-    """Minimise G to ‖∇G(θ)‖ ≤ ``grad_tol``.
-
-    Newton's method with an exact line search (for the piecewise-quadratic Huber hinge it
-    typically stops in 3–8 iterations, each a few passes over the data), from θ = 0 or, for
-    n ≥ ``WARM_START_MIN_ROWS``, from the solution on a fixed subsample; should it not reach the
-    tolerance, Newton from θ = 0, then an L-BFGS warm start followed by the same Newton polish.
+    """Minimise G over the rows (v, y, w) held in memory to ‖∇G(θ)‖ ≤ ``grad_tol``: :func:`solve_erm`
+    on the one-piece backend.
 
     Raises
     ------
     SolverError
         When the tolerance is not reached (never returns an inexact solution silently).
     """
-    if gamma <= 0:
-        raise ValueError("gamma must be > 0")
     if np.any(w < 0):
         raise ValueError("weights must be >= 0 for the objective to be convex")
-    v = np.asarray(v, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    w = np.asarray(w, dtype=np.float64)
-    d = v.shape[1]
-    h = loss.h
-    iterations = 0
-    start = _warm_start(v, y, w, gamma, h, grad_tol, max_newton)
-    if start is not None:
-        theta, gnorm, iterations = _newton(v, y, w, gamma, h, grad_tol, start, max_newton)
-        if gnorm <= grad_tol:
-            return ERMSolution(theta, gnorm, iterations)
-    theta, gnorm, more = _newton(v, y, w, gamma, h, grad_tol, np.zeros(d), max_newton)
-    iterations += more
-    if gnorm <= grad_tol:
-        return ERMSolution(theta, gnorm, iterations)
-    args = (v, y, w, gamma, loss)
-    res = optimize.minimize(
-        objective, np.zeros(d), args=args, jac=True, method="L-BFGS-B",
-        options={"maxiter": 200, "gtol": grad_tol / np.sqrt(d), "ftol": 1e-15},
-    )
-    theta, gnorm, more = _newton(v, y, w, gamma, h, grad_tol,
-                                 np.asarray(res.x, dtype=np.float64), max_newton)
-    iterations += int(res.nit) + more
-    if gnorm <= grad_tol:
-        return ERMSolution(theta, gnorm, iterations)
-    raise SolverError(
-        f"the weighted ERM solve did not reach its stated gradient tolerance {grad_tol:.3g}, "
-        "so its sensitivity bound would not hold; try a larger gamma, or report this as a bug"
-    )
+    part = (np.asarray(v, dtype=np.float64), np.asarray(y, dtype=np.float64),
+            np.asarray(w, dtype=np.float64))
+    return solve_erm(InMemory(part, part[1].size), d=part[0].shape[1], gamma=gamma, loss=loss,
+                     grad_tol=grad_tol, max_newton=max_newton)

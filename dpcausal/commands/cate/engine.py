@@ -29,9 +29,10 @@ rows and every solve stops at the in-memory certificate:
   and its fallback with a public step budget) with its gradient/Hessian and line-search objectives
   from passes summed the same way; it returns only where the public certificate accepts, with ∇F
   summed over every D̃ row, so Δ₂ = 2/(mλ) + 2D holds.
-* Second stage on D: :func:`~dpcausal.commands.cate.engine_rff.solve_rff_engine` stops at
-  ‖∇J(w)‖ ≤ setup.grad_tol with ∇J summed from scratch over every D row, so
-  Δ = L_w/(λ0 n) + tol/λ0 of :func:`~dpcausal.commands.cate.plan.function_mechanism` holds.
+* Second stage on D: :func:`~dpcausal.commands.cate.rff.solve_rff` (the in-memory solver, on the
+  engine's batches) stops at ‖∇J(w)‖ ≤ setup.grad_tol with ∇J summed from scratch over every D
+  row, so Δ = L_w/(λ0 n) + tol/λ0 of :func:`~dpcausal.commands.cate.privacy.function_mechanism`
+  holds.
 
 Noise: drawn once, on the client, by the same mechanism objects and in the in-memory order
 (propensity, then outcome, then the GP weight path), so a test noise seed gives the in-memory
@@ -49,11 +50,11 @@ import pandas as pd
 from scipy.special import log_expit
 
 from dpcausal.accounting.plan import PrivacyPlan
-from dpcausal.commands.cate.engine_rff import solve_rff_engine
 from dpcausal.commands.cate.estimate import clip_rows, halves
 from dpcausal.commands.cate.krr import pseudo_outcomes
 from dpcausal.commands.cate.privacy import function_mechanism, nuisance_learners
 from dpcausal.commands.cate.release import build_release
+from dpcausal.commands.cate.rff import solve_rff
 from dpcausal.commands.cate.setup import CateSetup, build_setup, query_points, rff_features
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.engine import split
@@ -215,7 +216,7 @@ def run(spec: CateSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, Any],
     feats = rff_features(spec, setup)
     engine.load(functools.partial(prepare_second, spec, setup, bits, prop, outm))
     del bits
-    fit = solve_rff_engine(engine, feats, n=setup.n, lam0=setup.lam0, huber_c=setup.huber_c,
+    fit = solve_rff(engine, feats, n=setup.n, lam0=setup.lam0, huber_c=setup.huber_c,
                            grad_tol=setup.grad_tol)
     weights = noise.release_weights(function_mechanism(spec, setup), fit.w)
     sq = setup.box.unit(queries[list(setup.covariates)].to_numpy(dtype=np.float64))

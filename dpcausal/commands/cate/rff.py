@@ -8,17 +8,21 @@ J(w) = (1/n)Σ ρ_i ℓ_c(wᵀζ_i − φ_i) + λ0‖w‖². A GP with covarianc
 Data-dependent centres (Nyström, k-means) would break the sensitivity argument (spec P13); these
 features depend on the public seed only.
 
-The solver streams: the n × 2m feature matrix is never held; each pass recomputes ζ for blocks of
-rows (the first blocks, up to ``CACHE_MB``, are kept between passes), so memory is
-O(n + m² + block + CACHE_MB) — a few n-vectors, the 2m × 2m system and bounded buffers.
+One solver (:func:`solve_rff`) for every backend: every data pass is a ``backend.map_sum`` of
+per-piece statistics (:func:`rff_pass`) over the rows (s, ρ, φ), in memory one piece
+(:func:`fit_rff_streaming`), on an engine its batches or partitions. The n × 2m feature matrix is
+never held: each pass computes ζ for blocks of rows (in memory the first blocks, up to
+``CACHE_MB``, are kept between passes), so memory is O(n + m² + block + CACHE_MB).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -27,13 +31,21 @@ from scipy.linalg import blas
 
 from dpcausal.commands.cate.krr import huber_derivative, huber_value
 from dpcausal.errors import SolverError
+from dpcausal.solvers.backend import Backend, InMemory
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 BLOCK_BYTES = 32 * 2**20
 """Target size of one block of feature rows (rows per block = BLOCK_BYTES / (8·2m), at least 256)."""
 CACHE_MB = 2048
-"""Feature blocks kept between passes (the rest are recomputed each pass)."""
+"""In memory, feature blocks kept between passes (the rest are recomputed each pass)."""
+Z_THREADS = 2
+"""Threads computing feature blocks ahead of the one being summed."""
+T_GRID: FloatArray = 0.5 ** np.arange(28, dtype=np.float64)
+"""The backtracking steps 1, ½, …, 2⁻²⁷ of the line search (the first below 1e-8, where it
+stops)."""
+Part = tuple[FloatArray, FloatArray, FloatArray]
+"""One piece of second-half rows: box-scaled covariates s, weights ρ, pseudo-outcomes φ."""
 
 
 @dataclass(frozen=True)
@@ -84,44 +96,6 @@ class RffFit:
     iterations: int
 
 
-class _Blocks:
-    """Row blocks of Z, computed on demand by ``make(i0, i1)``; the first ones cached."""
-
-    def __init__(self, make: Callable[[int, int], FloatArray], n: int, p: int, rows: int,
-                 cache_mb: float) -> None:
-        self.make, self.n, self.p, self.rows = make, n, p, rows
-        self.bounds = [(i, min(i + rows, n)) for i in range(0, n, rows)]
-        self.keep = int(cache_mb * 2**20 // (8 * p * rows))
-        self.cache: dict[int, FloatArray] = {}
-
-    def __iter__(self) -> Iterator[tuple[int, int, FloatArray]]:
-        """Blocks in order; the next uncached block is computed in a worker thread meanwhile."""
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            ahead: dict[int, Future[FloatArray]] = {}
-
-            def request(k: int) -> None:
-                if k < len(self.bounds) and k not in self.cache and k not in ahead:
-                    ahead[k] = pool.submit(self.make, *self.bounds[k])
-
-            for k, (i0, i1) in enumerate(self.bounds):
-                request(k)
-                request(k + 1)
-                z = self.cache[k] if k in self.cache else ahead.pop(k).result()
-                if k < self.keep:
-                    self.cache[k] = z
-                yield i0, i1, z
-
-
-@dataclass
-class _PassStats:
-    """What one pass over the rows yields at a point w (given f = Zw)."""
-
-    zu: FloatArray  # Zᵀu: u = ρφ inside, −cρ sign(r) outside (Newton right-hand side × n)
-    zv: FloatArray  # Zᵀ(ρℓ′(r)) (loss gradient × n)
-    d_hess: FloatArray  # upper triangle of Σ ±ρ z zᵀ over rows entering/leaving the inside set
-    inside: BoolArray
-
-
 def _add_gram_upper(acc: FloatArray, z: FloatArray, weights: FloatArray, sign: float) -> None:
     """acc += sign·Zᵀdiag(weights)Z on the upper triangle, in place (BLAS syrk; ``acc`` F-ordered)."""
     zw = z * np.sqrt(weights)[:, None]
@@ -143,121 +117,179 @@ def add_inside_change(d_hess: FloatArray, z: FloatArray, rho: FloatArray, inside
             _add_gram_upper(d_hess, z[sel], rho[sel], sign)
 
 
-def _pass(blocks: _Blocks, f: FloatArray, rho: FloatArray, phi: FloatArray, c: float | None,
-          inside_prev: BoolArray, step: FloatArray | None) -> tuple[_PassStats, FloatArray | None]:
-    """One pass at f (or, with ``step``, at f + Z·step, also returning Z·step)."""
-    p = blocks.p
+class FeatureCache:
+    """The feature blocks of the one in-memory piece, kept between passes up to ``cache_mb`` (ζ's
+    cos/sin dominate a pass). An engine's pieces are never cached: a worker may recompute a
+    partition, and nothing per row survives a pass there."""
+
+    def __init__(self, cache_mb: float) -> None:
+        self.cache_mb = cache_mb
+        self.blocks: dict[tuple[int, int], FloatArray] = {}
+        self.bytes = 0
+
+    def get(self, key: tuple[int, int], make: Callable[[], FloatArray]) -> FloatArray:
+        """The block ``key`` = (i0, i1), computed by ``make`` unless kept."""
+        z = self.blocks.get(key)
+        if z is None:
+            z = make()
+            if self.bytes + z.nbytes <= self.cache_mb * 2**20:
+                self.blocks[key] = z
+                self.bytes += z.nbytes
+        return z
+
+
+def _feature_blocks(feats: FourierFeatures, s: FloatArray, rows: int,
+                    cache: FeatureCache | None) -> Iterator[tuple[int, int, FloatArray]]:
+    """(i0, i1, ζ(s[i0:i1])) in row order; the cos/sin of the next blocks not kept in ``cache`` run
+    in ``Z_THREADS`` threads meanwhile (they dominate a pass; NumPy releases the GIL)."""
+    bounds = [(i, min(i + rows, s.shape[0])) for i in range(0, s.shape[0], rows)]
+
+    def compute(k: int) -> FloatArray:
+        i0, i1 = bounds[k]
+        return feats.transform(s[i0:i1])
+
+    with ThreadPoolExecutor(max_workers=Z_THREADS) as pool:
+        ahead: dict[int, Future[FloatArray]] = {}
+        for k, (i0, i1) in enumerate(bounds):
+            for j in range(k, min(k + Z_THREADS + 1, len(bounds))):
+                if j not in ahead and (cache is None or bounds[j] not in cache.blocks):
+                    ahead[j] = pool.submit(compute, j)
+            if cache is None:
+                z = ahead.pop(k).result()
+            else:
+                future = ahead.pop(k, None)
+                z = cache.get((i0, i1), future.result if future is not None
+                              else functools.partial(compute, k))
+            yield i0, i1, z
+
+
+def _inside(r: FloatArray, c: float | None) -> BoolArray:
+    return np.ones(r.shape[0], dtype=bool) if c is None else np.abs(r) <= c
+
+
+def rff_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None, w: FloatArray,
+             w_in: FloatArray | None, step: FloatArray | None, ts: FloatArray = T_GRID,
+             rows: int | None = None, cache: FeatureCache | None = None
+             ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """One piece's statistics at the point v = w (``step`` None) or v = w + step.
+
+    Returns (Zᵀu, Zᵀ(ρℓ′(r)), the upper triangle of Σ ±ρ ζζᵀ over the rows entering/leaving the
+    inside set relative to the inside set at ``w_in`` (None: no row inside), and the loss sums
+    Σ ρ ℓ_c(r)) with r = Zv − φ; with ``step``, the loss sums are Σ ρ ℓ_c(Zw + t·Z·step − φ) for every
+    t of ``ts`` (J along the step), else the single sum at v. Every product is computed from
+    scratch for the rows of this piece."""
+    s, rho, phi = part
+    p = feats.dim
+    n = s.shape[0]
     zuv = np.zeros((p, 2))
     d_hess = np.zeros((p, p), order="F")
-    inside = np.empty(f.shape[0], dtype=bool)
-    df = None if step is None else np.empty(f.shape[0])
-    for i0, i1, z in blocks:
-        fc = f[i0:i1]
-        if step is not None:
-            assert df is not None
-            dfc = z @ step
-            df[i0:i1] = dfc
-            fc = fc + dfc
-        r = fc - phi[i0:i1]
-        rc = rho[i0:i1]
-        ins = np.ones(r.shape[0], dtype=bool) if c is None else np.abs(r) <= c
-        inside[i0:i1] = ins
-        u = np.where(ins, rc * phi[i0:i1], 0.0 if c is None else -c * rc * np.sign(r))
+    losses = np.zeros(ts.size if step is not None else 1)
+    if n == 0:
+        return zuv[:, 0].copy(), zuv[:, 1].copy(), d_hess, losses
+    v = w if step is None else w + step
+    for i0, i1, z in _feature_blocks(feats, s, rows or block_rows(p), cache):
+        ph, rc = phi[i0:i1], rho[i0:i1]
+        fv = z @ v  # margins at a point are always this one product (consistent inside sets)
+        r = fv - ph
+        f = None
+        if step is None:
+            losses[0] += float(rc @ huber_value(r, c))
+        else:
+            f = z @ w
+            df = fv - f  # Z·step without a third product
+            rt = f[:, None] + df[:, None] * ts[None, :] - ph[:, None]
+            losses += rc @ huber_value(rt, c)
+        ins = _inside(r, c)
+        u = np.where(ins, rc * ph, 0.0 if c is None else -c * rc * np.sign(r))
         zuv += z.T @ np.column_stack([u, rc * huber_derivative(r, c)])
-        add_inside_change(d_hess, z, rc, ins, inside_prev[i0:i1])
-    return _PassStats(zuv[:, 0].copy(), zuv[:, 1].copy(), d_hess, inside), df
+        if w_in is None:
+            prev = np.zeros(i1 - i0, dtype=bool)
+        else:
+            prev = _inside((f if f is not None and w_in is w else z @ w_in) - ph, c)
+        add_inside_change(d_hess, z, rc, ins, prev)
+    return zuv[:, 0].copy(), zuv[:, 1].copy(), d_hess, losses
 
 
-def _objective(f: FloatArray, w: FloatArray, rho: FloatArray, phi: FloatArray, lam0: float,
-               c: float | None) -> float:
-    return float(rho @ huber_value(f - phi, c)) / f.shape[0] + lam0 * float(w @ w)
+def solve_rff(backend: Backend, feats: FourierFeatures, *, n: int, lam0: float,
+              huber_c: float | None, grad_tol: float, max_iter: int = 100,
+              rows: int | None = None, cache_mb: float | None = None) -> RffFit:
+    """Minimise J(w) = (1/n)Σ ρ_i ℓ_c(wᵀζ_i − φ_i) + λ0‖w‖² over the backend's pieces of (s, ρ, φ)
+    (box-scaled covariates, weights, pseudo-outcomes) to ‖∇J‖₂ ≤ ``grad_tol``.
 
-
-def solve_streaming(make: Callable[[int, int], FloatArray], n: int, p: int, rho: FloatArray,
-                    phi: FloatArray, *, lam0: float, huber_c: float | None, grad_tol: float,
-                    max_iter: int = 100, rows: int | None = None,
-                    cache_mb: float | None = None) -> RffFit:
-    """Minimise J(w) = (1/n)Σ ρ_i ℓ_c(wᵀz_i − φ_i) + λ0‖w‖² exactly, reading Z in row blocks.
-
-    Active-set Newton (damped): given the rows S with |residual| ≤ c, stationarity is the p × p
-    system (Z_SᵀW_SZ_S/n + λ0 I) w = Z_SᵀW_Sφ_S/n − c Σ_{i∉S} ρ_i sign(r_i) z_i/n. Z_SᵀW_SZ_S is
-    kept and updated only by the rows that enter or leave S; f = Zw is kept as an n-vector, so the
-    line search costs O(n). One pass over the rows per iteration computes Z·step and, at the full
-    step, the next system and the gradient (a damped step costs one more pass). Stops at
-    ‖∇J‖₂ ≤ ``grad_tol``, certified by one more pass at f = Zw recomputed from scratch.
+    Active-set Newton: given the rows S with |residual| ≤ c, stationarity is the p × p system
+    (Z_SᵀW_SZ_S/n + λ0 I) w = Z_SᵀW_Sφ_S/n − c Σ_{i∉S} ρ_i sign(r_i) z_i/n. The client keeps
+    Z_SᵀW_SZ_S and updates it by the rows that enter or leave S, which each pass computes
+    statelessly per piece: ζ recomputed from s (in memory the blocks are kept, ``cache_mb``),
+    f = Zw from scratch, and the inside set of the point whose rows the Gram already holds, by the
+    same test |ζᵀw − φ| ≤ c. One pass per full step: at w it returns, for w + step, the system,
+    the loss gradient, the Gram delta and J along w + t·step for t = 1, ½, …, 2⁻²⁷ (``T_GRID``;
+    in memory first t = 1 alone, the rest only for a damped step); the step is the first t with
+    J(w + t·step) ≤ J(w) + 1e-12|J(w)|, and a damped step costs one more pass at the accepted
+    point. The stopping test ‖∇J(w)‖ ≤ ``grad_tol`` uses the gradient computed from scratch over
+    every row at the returned w, so the solution is within tol/(2λ0) of the exact minimiser and
+    the sensitivity Δ = L_w/(λ0 n) + tol/λ0 holds; the Gram and the steps only shape the path.
 
     Raises
     ------
     SolverError
-        When the tolerance is not reached.
+        When the tolerance is not reached (never returns an inexact solution silently).
     """
-    blocks = _Blocks(make, n, p, rows or block_rows(p), CACHE_MB if cache_mb is None else cache_mb)
+    p = feats.dim
+    in_memory = isinstance(backend, InMemory)
+    cache = FeatureCache(CACHE_MB if cache_mb is None else cache_mb) if in_memory else None
+    stat: Any = functools.partial(rff_pass, feats=feats, c=huber_c, rows=rows, cache=cache)
     w = np.zeros(p)
-    f = np.zeros(n)
     hess = np.zeros((p, p))
-    inside_prev = np.zeros(n, dtype=bool)
-    val = _objective(f, w, rho, phi, lam0, huber_c)
-    stats, _ = _pass(blocks, f, rho, phi, huber_c, inside_prev, None)
+    zu, zv, d_hess, loss = backend.map_sum(functools.partial(stat, w=w, w_in=None, step=None))
+    val = float(loss[0]) / n + lam0 * float(w @ w)
     gnorm = math.inf
-    fresh = True  # f = Zw computed from scratch (not accumulated as Σ t·Z·step)
     for it in range(max_iter + 1):
-        gnorm = float(np.linalg.norm(stats.zv / n + 2.0 * lam0 * w))
-        if gnorm <= grad_tol and not fresh:
-            # certify at f recomputed from scratch, so the gradient is ∇J(w) itself and not the
-            # gradient at the accumulated f (which differs from Zw by rounding)
-            f = np.concatenate([z @ w for _, _, z in blocks])
-            val = _objective(f, w, rho, phi, lam0, huber_c)
-            stats, _ = _pass(blocks, f, rho, phi, huber_c, inside_prev, None)
-            fresh = True
-            gnorm = float(np.linalg.norm(stats.zv / n + 2.0 * lam0 * w))
+        gnorm = float(np.linalg.norm(zv / n + 2.0 * lam0 * w))
         if gnorm <= grad_tol:
             return RffFit(w, gnorm, it)
         if it == max_iter:
             break
-        hess += stats.d_hess
-        inside_prev = stats.inside
-        lhs = hess / n  # upper triangle of Z_SᵀW_SZ_S/n
+        hess += d_hess  # the Gram now holds the inside set at w
+        lhs = hess / n
         lhs[np.diag_indices_from(lhs)] += lam0
         try:
             new = linalg.cho_solve(linalg.cho_factor(lhs, lower=False, check_finite=False),
-                                   stats.zu / n, check_finite=False)
+                                   zu / n, check_finite=False)
         except linalg.LinAlgError as exc:
             raise SolverError("the random-feature second-stage system is not positive definite; "
                               "raise cate.ridge") from exc
         step = new - w
-        full, df = _pass(blocks, f, rho, phi, huber_c, inside_prev, step)
-        assert df is not None
-        t = 1.0
-        while True:
-            cand_f = f + t * df
+        ts = T_GRID[:1] if in_memory else T_GRID
+        zu_f, zv_f, dh_f, line = backend.map_sum(
+            functools.partial(stat, w=w, w_in=w, step=step, ts=ts))
+        if in_memory and not _accepts(float(line[0]), w + step, n, lam0, val):
+            line = backend.map_sum(functools.partial(stat, w=w, w_in=w, step=step))[3]
+        for k, t in enumerate(T_GRID):
             cand_w = w + t * step
-            cval = _objective(cand_f, cand_w, rho, phi, lam0, huber_c)
+            cval = float(line[k]) / n + lam0 * float(cand_w @ cand_w)
             if cval <= val + 1e-12 * abs(val) or t < 1e-8:
                 break
-            t *= 0.5
-        w, f, val = cand_w, cand_f, cval
-        fresh = False
-        if t == 1.0:
-            stats = full
+        if k == 0:
+            zu, zv, d_hess = zu_f, zv_f, dh_f
         else:
-            stats, _ = _pass(blocks, f, rho, phi, huber_c, inside_prev, None)
+            zu, zv, d_hess, _ = backend.map_sum(
+                functools.partial(stat, w=cand_w, w_in=w, step=None))
+        w, val = cand_w, cval
     raise SolverError(
         f"the random-feature second stage did not reach its gradient tolerance {grad_tol:.3g}; "
         "raise cate.ridge or cate.huber_c, or report this as a bug")
 
 
-def fit_rff(z: FloatArray, rho: FloatArray, phi: FloatArray, *, lam0: float, huber_c: float | None,
-            grad_tol: float, max_iter: int = 100, rows: int | None = None) -> RffFit:
-    """:func:`solve_streaming` on a feature matrix already in memory."""
-    n, p = z.shape
-    return solve_streaming(lambda i0, i1: z[i0:i1], n, p, rho, phi, lam0=lam0, huber_c=huber_c,
-                           grad_tol=grad_tol, max_iter=max_iter, rows=rows, cache_mb=0)
+def _accepts(loss: float, cand_w: FloatArray, n: int, lam0: float, val: float) -> bool:
+    """Whether the full step's J(w + step) passes the descent test (the first of ``T_GRID``)."""
+    return loss / n + lam0 * float(cand_w @ cand_w) <= val + 1e-12 * abs(val)
 
 
 def fit_rff_streaming(feats: FourierFeatures, s: FloatArray, rho: FloatArray, phi: FloatArray, *,
                       lam0: float, huber_c: float | None, grad_tol: float, max_iter: int = 100,
                       rows: int | None = None, cache_mb: float | None = None) -> RffFit:
-    """The same fit with ζ computed block by block from the box-scaled rows ``s`` (never n × 2m)."""
-    return solve_streaming(lambda i0, i1: feats.transform(s[i0:i1]), s.shape[0], feats.dim, rho,
-                           phi, lam0=lam0, huber_c=huber_c, grad_tol=grad_tol, max_iter=max_iter,
-                           rows=rows, cache_mb=cache_mb)
+    """:func:`solve_rff` on the rows in memory (one piece), ζ computed block by block from the
+    box-scaled rows ``s`` (never n × 2m at once; the first blocks up to ``cache_mb`` kept)."""
+    part = (s, rho, phi)
+    return solve_rff(InMemory(part, s.shape[0]), feats, n=s.shape[0], lam0=lam0, huber_c=huber_c,
+                     grad_tol=grad_tol, max_iter=max_iter, rows=rows, cache_mb=cache_mb)

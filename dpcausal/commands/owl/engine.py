@@ -1,9 +1,10 @@
-"""``owl`` on an engine: the same release as :func:`dpcausal.commands.owl.estimate.run`, with the
-ERM solve's data passes run batch by batch (local streaming) or partition by partition (Dask).
+"""``owl`` on an engine: the same release as :func:`dpcausal.commands.owl.estimate.run`, by the
+same solver (:func:`dpcausal.solvers.erm.solve_erm`) with its data passes run batch by batch
+(local streaming) or partition by partition (Dask) instead of over one in-memory piece.
 
 Every row is validated, clipped and mapped (``prepare``: outcome clipped to the public bounds,
 covariates clipped and scaled so ‖v_i‖ ≤ 1) before it enters any sum, and the solve stops at the
-same certificate ‖∇G(θ)‖ ≤ τ as the in-memory solver, so the sensitivity (2W + 2τ)/γ of
+same certificate ‖∇G(θ)‖ ≤ τ as in memory, so the sensitivity (2W + 2τ)/γ of
 :func:`dpcausal.commands.owl.privacy.mechanism` holds unchanged. The ℓ2-Laplace noise is drawn
 once, here on the client, by that mechanism.
 """
@@ -21,10 +22,11 @@ from dpcausal.commands.owl.rule import build_release
 from dpcausal.commands.owl.setup import OwlSetup, build_setup, prepare
 from dpcausal.commands.owl.spec import OwlSpec
 from dpcausal.engine.base import Engine, batch_error
-from dpcausal.engine.newton import Part, solve_erm_engine
 from dpcausal.errors import DataError
 from dpcausal.mechanisms import NoiseGuard
 from dpcausal.method import Release
+from dpcausal.solvers.erm import solve_erm
+from dpcausal.solvers.erm_passes import Part
 
 
 def prepare_batch(spec: OwlSpec, setup: OwlSetup, frame: pd.DataFrame, start: int) -> Part:
@@ -43,7 +45,7 @@ def run(spec: OwlSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, pd.Dat
     setup = build_setup(spec)
     gamma = float(plan.details["gamma"])
     engine.load(functools.partial(prepare_batch, spec, setup))
-    sol = solve_erm_engine(engine, d=setup.fmap.dim, gamma=gamma, loss=setup.loss,
+    sol = solve_erm(engine, d=setup.fmap.dim, gamma=gamma, loss=setup.loss,
                            grad_tol=setup.grad_tol)
     theta = noise.release(mechanism(setup, gamma, spec.privacy.epsilon), sol.theta)
     return build_release(spec, setup, theta, plan, side, {"engine": engine.description})
