@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
+from dpcausal.commands.two_stage import exact_qp, solver
 from dpcausal.commands.two_stage.solver import (
     qp_terms,
     solve_l1_ball_qp,
@@ -61,3 +65,65 @@ def test_objective_definition() -> None:
     th1, th2 = rng.normal(size=6), rng.normal(size=6)
     assert f(th1) - f(th2) == pytest.approx(
         stage2_objective(th1, p, c) - stage2_objective(th2, p, c), rel=1e-10)
+
+
+def _brute_force(p: list, c: list, l1: Fraction) -> list:
+    """θ* by enumerating all 3^d active sets exactly (tiny d only)."""
+    d = len(c)
+    for signs in itertools.product([-1, 0, 1], repeat=d):
+        theta = exact_qp.solve_candidate(p, c, l1, list(signs) if any(signs) else None)
+        if theta is not None and exact_qp.is_minimiser(p, c, l1, theta):
+            return theta
+    raise AssertionError("no active set satisfies the KKT conditions")
+
+
+def test_exact_dual_method_finds_the_minimiser_on_degenerate_problems() -> None:
+    """Goldfarb–Idnani in exact arithmetic returns θ* (the unique KKT point, found by enumerating
+    every active set) on random, collinear, tied and weakly active problems."""
+    rng = np.random.default_rng(1)
+    for trial in range(150):
+        d = int(rng.integers(1, 5))
+        x = rng.normal(size=(20, d))
+        if trial % 5 == 0:
+            x[:, 0] = x[:, -1]
+        p = 2 * x.T @ x / 20 + float(rng.choice([1e-3, 0.1, 1.0])) * np.eye(d)
+        c = rng.normal(size=d) * float(rng.choice([0.1, 1.0, 10.0, 1e6]))
+        if trial % 7 == 0:
+            p, c = np.eye(d), -np.round(np.abs(c)) - 1.0  # ties and zero-margin coordinates
+        l1 = Fraction(float(rng.choice([0.01, 0.5, 2.0, 100.0])))
+        pf, cf = exact_qp.matrix(p), exact_qp.vector(c)
+        theta = exact_qp.dual_active_set(pf, cf, l1)
+        assert theta == _brute_force(pf, cf, l1), trial
+
+
+def test_weakly_active_coordinate_is_exact() -> None:
+    """P = I, c = (−2, −1, 0), λ₁ = 1: θ* = (1, 0, 0) with |g₂| = μ (no strict complementarity)."""
+    sol = solve_l1_ball_qp(np.eye(3), np.array([-2.0, -1.0, 0.0]), 1.0)
+    assert sol.theta.tolist() == [1.0, 0.0, 0.0] and sol.constraint_active
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_failed_float_search_releases_the_same_exact_minimiser(
+        monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """When the float64 active-set search fails, the released θ is still θ* (bit for bit the
+    verified one). On the old code it was the interior-point start projected on the ball, a point
+    the privacy proof does not cover (docs/proofs/two_stage.md §6)."""
+    (p, c), _ = _problem(seed, noise=30.0)
+    sol = solve_l1_ball_qp(p, c, 0.5)
+    assert sol.constraint_active and not sol.exact_dual
+    exact = exact_qp.dual_active_set(exact_qp.matrix(p), exact_qp.vector(c), Fraction(0.5))
+    assert sol.theta.tolist() == [float(v) for v in exact]
+    monkeypatch.setattr(solver, "_kkt_ok", lambda *a, **k: False)
+    fallback = solve_l1_ball_qp(p, c, 0.5)
+    assert fallback.exact_dual
+    assert fallback.theta.tolist() == sol.theta.tolist()
+
+
+def test_a_wrong_float_candidate_is_caught_by_the_exact_check(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A float candidate that is not θ* (here: a wrong sign pattern) never reaches the release."""
+    (p, c), _ = _problem(3, noise=30.0)
+    right = solve_l1_ball_qp(p, c, 0.5)
+    monkeypatch.setattr(solver, "_candidate", lambda *a: ([1] * len(c), 1))
+    wrong = solve_l1_ball_qp(p, c, 0.5)
+    assert wrong.exact_dual and wrong.theta.tolist() == right.theta.tolist()

@@ -5,29 +5,41 @@
 is the quadratic program min ½θᵀPθ + cᵀθ with P = (2/n)H + γI, c = −(2/n)g + b/n, where
 H = Σ w_i x_i x_iᵀ and g = Σ w_i t_i x_i are the only data passes (O(n p²), streaming-friendly).
 
-Exactness (spec P3). The privacy argument is for the *exact* minimiser. The solver therefore does not
-stop at an iteration budget: it identifies the active set (support S and signs σ) from an
-interior-point warm start (Clarabel via cvxpy) and then solves the KKT system of that active set
-directly,
+Exactness (spec P3). The privacy argument is for the *exact* minimiser θ*, and every released θ is
+θ* of the QP with the float64 P, c and λ₁, rounded once to float64 (docs/proofs/two_stage.md §6):
 
-    P_SS θ_S + c_S + μσ = 0,   σᵀθ_S = λ₁,   θ_{Sᶜ} = 0,
+1. a float64 search proposes an active set (support S and signs σ): the unconstrained solution if
+   it lies in the ball, else an interior-point warm start (Clarabel via cvxpy) repaired against the
+   KKT conditions of the set,
 
-and *verifies* every KKT condition: sign(θ_S) = σ, μ ≥ 0, and |(Pθ + c)_j| ≤ μ on Sᶜ, up to a
-relative tolerance of KKT_TOL = 1e-9 of the problem's scale. A verified active set gives the exact
-minimiser up to the rounding of one small linear solve (float64, declared in every receipt as
-``numerics: float64``); no sensitivity slack is needed because no iterate is released. Failing
-verification (a degenerate active set, probability zero under continuous noise) returns the
-interior-point solution projected onto the ball — never a refusal, which would be an output that
-depends on the data.
+       P_SS θ_S + c_S + μσ = 0,   σᵀθ_S = λ₁,   θ_{Sᶜ} = 0;
+
+2. that set's equality system is solved in exact rational arithmetic and the KKT conditions are
+   checked exactly (``exact_qp.is_minimiser``): if they hold, this is θ*;
+3. otherwise (a near-degenerate set the float search got wrong, or a repair that did not settle)
+   θ* is computed exactly by Goldfarb & Idnani's dual active-set method, which terminates on every
+   input (``exact_qp.dual_active_set``).
+
+No step releases an iterate or a projection, and none refuses, so no output depends on the data
+except through θ*.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
+
+from dpcausal.commands.two_stage.exact_qp import (
+    dual_active_set,
+    is_minimiser,
+    matrix,
+    solve_candidate,
+    vector,
+)
 
 FloatArray = npt.NDArray[np.float64]
 KKT_TOL = 1e-9
@@ -35,11 +47,13 @@ KKT_TOL = 1e-9
 
 @dataclass(frozen=True)
 class Stage2Solution:
-    """The minimiser and public facts about how it was found."""
+    """The exact minimiser (rounded to float64) and how it was found (never released)."""
 
     theta: FloatArray
     constraint_active: bool
     active_set_iterations: int
+    exact_dual: bool = False
+    """True when the float search's candidate was not θ* and the exact dual method computed it."""
 
 
 def sufficient_stats(x: FloatArray, t: FloatArray, w: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -122,11 +136,12 @@ def _warm_start(p: FloatArray, c: FloatArray, l1: float) -> FloatArray:
     return np.asarray(th.value, dtype=np.float64)
 
 
-def solve_l1_ball_qp(p: FloatArray, c: FloatArray, l1: float) -> Stage2Solution:
-    """Exact argmin of ½θᵀPθ + cᵀθ over ‖θ‖₁ ≤ l1 (P positive definite). See module docstring."""
+def _candidate(p: FloatArray, c: FloatArray, l1: float) -> tuple[list[int] | None, int] | None:
+    """A float64 guess of θ*'s active set: (None, 0) for the unconstrained solution, (signs, k)
+    after k repair steps, or None when the repair does not settle."""
     theta_u = np.asarray(np.linalg.solve(p, -c), dtype=np.float64)
     if float(np.abs(theta_u).sum()) <= l1:
-        return Stage2Solution(theta_u, False, 0)
+        return None, 0
     approx = _warm_start(p, c, l1)
     d = len(c)
     scale = max(1.0, float(np.abs(approx).max()))
@@ -145,13 +160,13 @@ def solve_l1_ball_qp(p: FloatArray, c: FloatArray, l1: float) -> Stage2Solution:
         rhs = np.concatenate([-c[s], [l1]])
         try:
             sol = np.linalg.solve(kkt, rhs)
-        except np.linalg.LinAlgError:  # a singular (degenerate) active set: see below
-            break
+        except np.linalg.LinAlgError:  # a singular (degenerate) active set
+            return None
         theta = np.zeros(d)
         theta[s] = sol[:k]
         mu = float(sol[k])
         if _kkt_ok(p, c, theta, mu, support, l1):
-            return Stage2Solution(theta, True, it)
+            return [int(v) for v in signs], it
         # repair the active set: drop sign-inconsistent coordinates, else add the worst violator
         wrong = support & (np.sign(theta) != signs)
         if wrong.any():
@@ -159,19 +174,34 @@ def solve_l1_ball_qp(p: FloatArray, c: FloatArray, l1: float) -> Stage2Solution:
             support[j] = False
             signs[j] = 0.0
             if not support.any():
-                break
+                return None
             continue
         grad = p @ theta + c
         viol = np.where(~support, np.abs(grad) - mu, -np.inf)
         j = int(np.argmax(viol))
         if viol[j] <= 0:
-            break
+            return None
         support[j] = True
         signs[j] = -np.sign(grad[j])
-    # Not verified (a degenerate active set: probability zero under the continuous noise b). A
-    # refusal here would be an exit that depends on the data, so the interior-point/projected-
-    # gradient solution, projected onto the ball, is released instead (issue #13).
-    return Stage2Solution(project_l1_ball(approx, l1), True, 4 * d + 20)
+    return None
+
+
+def solve_l1_ball_qp(p: FloatArray, c: FloatArray, l1: float) -> Stage2Solution:
+    """θ* = argmin of ½θᵀPθ + cᵀθ over ‖θ‖₁ ≤ l1 (P positive definite), exactly for the float64
+    P, c, l1, rounded once to float64. See the module docstring."""
+    pf, cf, lf = matrix(p), vector(c), Fraction(float(l1))
+    guess = _candidate(p, c, l1)
+    theta = None
+    if guess is not None:
+        signs, iterations = guess
+        theta = solve_candidate(pf, cf, lf, signs)
+        if theta is not None and not is_minimiser(pf, cf, lf, theta):
+            theta = None
+    exact_dual = theta is None
+    if theta is None:
+        theta, iterations = dual_active_set(pf, cf, lf), 0
+    norm = sum((abs(v) for v in theta), Fraction(0))
+    return Stage2Solution(np.array([float(v) for v in theta]), norm == lf, iterations, exact_dual)
 
 
 def stage2_objective(theta: FloatArray, p: FloatArray, c: FloatArray) -> float:
