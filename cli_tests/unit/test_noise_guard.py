@@ -94,6 +94,17 @@ def test_every_release_form_goes_through_the_guard() -> None:
         bare.objective_noise(obj.noise)  # type: ignore[arg-type]
 
 
+def test_an_objective_draw_must_be_planned_as_objective_perturbation() -> None:
+    """A plan event with the objective draw's kind, ε, δ, sensitivity and scale but without the
+    ``perturbation: objective`` marker is a mismatch: an accountant would compose it as a plain
+    release of its noise (two-stage's plan lacked the marker, issue 13)."""
+    obj = ObjectivePerturbation(L2LaplaceMechanism(0.4, 1.0, 2, stage="o"), 1.0, 0.0)
+    unmarked = dataclasses.replace(obj.event(), params=dict(obj.noise.event().params))
+    guard = NoiseGuard(PrivacyPlan("t", (unmarked,), {}, "pure", True), test_seed=0)
+    with pytest.raises(NoiseGuardError, match="perturbation: planned None, drawn 'objective'"):
+        guard.objective_noise(obj)
+
+
 def test_objective_perturbation_event_is_the_noise_law_with_the_claim() -> None:
     noise = GaussianNoiseVector(0.3, 1e-6, 2.0, 5.0, 3, stage="o")
     ev = ObjectivePerturbation(noise, 1.0, 1e-6).event()

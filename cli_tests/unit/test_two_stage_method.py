@@ -25,7 +25,7 @@ def make_spec(**two_stage: Any) -> TwoStageSpec:
     doc: dict[str, Any] = {
         "data": {"path": "unused.csv",
                  "columns": {"outcome": "y", "treatment": "a", "covariates": COVS}},
-        "bounds": {"outcome": [-10.0, 10.0], "covariates": [-1.0, 1.0]},
+        "bounds": {"outcome": two_stage.pop("outcome", [-10.0, 10.0]), "covariates": [-1.0, 1.0]},
         "privacy": {"epsilon": two_stage.pop("epsilon", 1.0), "delta": two_stage.pop("delta", 0.0)},
         "two_stage": {"treated": 1, "weights": "ipw-rct", "ipw_rct": {"p_treated": 0.4},
                       "l1_radius": 5.0, **two_stage},
@@ -58,6 +58,32 @@ def test_plan_is_public_and_complete() -> None:
     assert ev.epsilon == 1.0
     assert ev.kind == "l2_laplace"
     assert ev.params["epsilon_noise_term"] + ev.params["epsilon_jacobian_term"] == pytest.approx(1.0)
+
+
+def test_centred_outcomes_stay_within_m_y_for_the_floats() -> None:
+    """|fl(clip(y) − c)| ≤ M_y for every y, at bounds where rounding pushes fl(U − c) past
+    (U − L)/2 (the old M_y, issue 13); the record bound |t| ≤ 2M_y enters ζ, the sensitivity."""
+    for lo, hi in ((6.265404784005447, 14.415106957297374), (0.8724998293084578, 31.16126523152132)):
+        setup = build_setup(make_spec(outcome=[lo, hi]))
+        y = np.concatenate([[lo, hi], np.nextafter(hi, lo) - np.arange(50) * 1e-15, [1e9, -1e9]])
+        yc = np.clip(y, setup.lower, setup.upper) - setup.center
+        assert np.abs(yc).max() <= setup.m_y
+        assert setup.m_y == pytest.approx(0.5 * (hi - lo), rel=1e-15)
+
+
+@pytest.mark.parametrize("eps_split", [0.5, 1.0 - 1e-12])
+@pytest.mark.parametrize("noise", ["gamma", "gaussian"])
+def test_plan_event_is_composed_by_its_claim(eps_split: float, noise: str) -> None:
+    """The receipted event is objective perturbation (marked), so every accountant composes it by
+    its stated (ε, δ). Without the marker (the old plan), at eps_split → 1 the ℓ2-Laplace rebuilt
+    from (ε, Δ) matched the noise scale and a PLD ledger composed the noise term alone (ε_b)."""
+    from dpcausal.mechanisms.registry import claim_curve, claim_reason, release_curve
+
+    delta = 1e-6 if noise == "gaussian" else 0.0
+    spec = make_spec(eps_split=eps_split, noise=noise, delta=delta)
+    ev = ts_plan.plan(spec, 500, {}, rng=np.random.default_rng(0)).events[0]
+    assert ev.params["perturbation"] == "objective" and claim_reason(ev) is not None
+    assert release_curve(ev) == claim_curve(1.0, delta)
 
 
 def test_refusals() -> None:

@@ -11,6 +11,19 @@ import numpy.typing as npt
 FloatArray = npt.NDArray[np.float64]
 
 
+def unit_ball_scale(dim: int) -> float:
+    """(1 − 8u)/√dim (u = 2⁻⁵³): a row of ``dim`` coordinates in [−1, 1] times this factor has
+    ‖·‖₂ < 1 for the computed floats, whatever the rounding.
+
+    Notes
+    -----
+    fl(√dim) ≥ √dim(1 − u), so fl(1/fl(√dim)) ≤ (1 + u)/(√dim(1 − u)); with the exact factor
+    1 − 8u and the product's rounding, the scale is ≤ (1 − 8u)(1 + u)²/((1 − u)√dim) ≤ (1 − 5u)/√dim,
+    and each rounded coordinate |fl(s_j·scale)| ≤ (1 − 4u)/√dim, so Σ_j v_j² ≤ (1 − 4u)² < 1.
+    """
+    return 1.0 / math.sqrt(dim) * (1.0 - 8.0 * 2.0**-53)
+
+
 @dataclass(frozen=True)
 class BoxFeatures:
     """x ↦ x̃ = (1, s(x)) / √(q + 1) with s(x) = (clip(x, lo, hi) − lo)/(hi − lo) ∈ [0, 1]^q.
@@ -47,4 +60,4 @@ class BoxFeatures:
     @property
     def scale(self) -> float:
         """(1 − 8u)/√(q + 1), rounded down past any rounding of the division."""
-        return 1.0 / math.sqrt(self.dim) * (1.0 - 8.0 * 2.0**-53)
+        return unit_ball_scale(self.dim)

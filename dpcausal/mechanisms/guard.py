@@ -29,7 +29,9 @@ Form = Literal["release", "release_weights", "objective"]
 
 MATCHED_FIELDS = ("kind", "stage", "norm", "epsilon", "delta", "sensitivity", "noise_scale")
 """The event fields a draw must share with its planned event (and ``params["dim"]`` if both have
-one). Floats agree to a relative 1e-12: the plan and the run compute them by the same code."""
+one, and ``params["perturbation"]`` always: an objective perturbation must be planned as one, so
+that accountants compose it by its stated (ε, δ), :mod:`dpcausal.mechanisms.registry`). Floats
+agree to a relative 1e-12: the plan and the run compute them by the same code."""
 REL_TOL = 1e-12
 
 
@@ -140,6 +142,9 @@ class NoiseGuard:
         if "dim" in planned.params and "dim" in event.params and \
                 planned.params["dim"] != event.params["dim"]:
             wrong.append(f"dim: planned {planned.params['dim']!r}, drawn {event.params['dim']!r}")
+        if planned.params.get("perturbation") != event.params.get("perturbation"):
+            wrong.append(f"perturbation: planned {planned.params.get('perturbation')!r}, drawn "
+                         f"{event.params.get('perturbation')!r}")
         if wrong:
             raise NoiseGuardError(f"the draw for stage {event.stage!r} does not match its planned "
                                   "event: " + "; ".join(wrong))

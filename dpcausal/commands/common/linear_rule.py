@@ -1,8 +1,13 @@
-"""The public feature map of ``owl``: clip, scale, (random Fourier features), intercept, row norm ≤ 1.
+"""The public feature map of ``owl`` and ``two-stage``: clip, scale, (random Fourier features),
+intercept, row norm ≤ 1.
 
 Everything here is a fixed per-row transformation built from public bounds and a public seed, so it
 does not change a sensitivity: every mapped row satisfies ‖v(x)‖₂ ≤ 1 (assumption A1 of the paper)
-whatever x is, including values outside the bounds (they are clipped first).
+whatever x is, including values outside the bounds (they are clipped first), and for the computed
+floats, not only in real arithmetic: each coordinate lies in [−1, 1] (clipping and the scalings are
+monotone under rounding, |cos| ≤ 1) and the row is multiplied by
+:func:`~dpcausal.learners.dp_features.unit_ball_scale`, (1 − 8u)/√dim, which leaves room for the
+rounding of 1/√dim and of the product.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import pandas as pd
 from dpcausal.commands.common.rule_intervals import RuleNoise, add_margin_columns
 from dpcausal.errors import DataError
 from dpcausal.frames import numeric_matrix
+from dpcausal.learners.dp_features import unit_ball_scale
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -60,6 +66,11 @@ class FeatureMap:
         base = len(self.names) if self.omega is None else self.omega.shape[1]
         return base + int(self.intercept)
 
+    @property
+    def row_scale(self) -> float:
+        """The factor (1 − 8u)/√d every mapped row is multiplied by (‖v‖₂ ≤ 1 for the floats)."""
+        return unit_ball_scale(self.dim)
+
     def scale(self, x: FloatArray) -> FloatArray:
         """Clip to the bounds, then scale each column."""
         xc = np.clip(x, self.lower, self.upper)
@@ -75,7 +86,7 @@ class FeatureMap:
         s = np.cos(self.scale(x) @ self.omega + self.offset)
         if self.intercept:
             s = np.hstack([np.ones((s.shape[0], 1)), s])
-        return s / math.sqrt(s.shape[1])
+        return s * self.row_scale
 
     def transform_columns(self, columns: list[FloatArray], block: int = 8192) -> FloatArray:
         """``transform(np.column_stack(columns))`` (the same values) without building the stacked
@@ -84,10 +95,10 @@ class FeatureMap:
             return self.transform(np.column_stack(columns))
         n = len(columns[0])
         d = self.dim
-        root_d = math.sqrt(d)
+        row_scale = self.row_scale
         out = np.empty((n, d))
         if self.intercept:
-            out[:, 0] = 1.0 / root_d
+            out[:, 0] = row_scale
         first = int(self.intercept)
         span = self.upper - self.lower
         maxabs = np.maximum(np.abs(self.lower), np.abs(self.upper))
@@ -104,18 +115,18 @@ class FeatureMap:
                 part /= span
             else:
                 part /= maxabs
-            part /= root_d
+            part *= row_scale
         return out
 
     def _transform_linear(self, x: FloatArray, block: int = 8192) -> FloatArray:
         """The linear map written block by block of rows into one preallocated array: the same
-        arithmetic as ``scale`` → prepend 1 → divide by √d (so the same values), in cache-sized
-        pieces and without full-size temporaries."""
+        arithmetic as ``scale`` → prepend 1 → multiply by ``row_scale`` (so the same values), in
+        cache-sized pieces and without full-size temporaries."""
         d = self.dim
-        root_d = math.sqrt(d)
+        row_scale = self.row_scale
         out = np.empty((x.shape[0], d))
         if self.intercept:
-            out[:, 0] = 1.0 / root_d
+            out[:, 0] = row_scale
         first = int(self.intercept)
         span = self.upper - self.lower
         maxabs = np.maximum(np.abs(self.lower), np.abs(self.upper))
@@ -127,16 +138,15 @@ class FeatureMap:
                 part /= span
             else:
                 part /= maxabs
-            part /= root_d
+            part *= row_scale
         return out
 
     def original_units(self, theta: FloatArray) -> dict[str, float] | None:
         """For a linear map: f(x) = c₀ + Σ c_j x_j for x inside the bounds (post-processing)."""
         if self.omega is not None:
             return None
-        root_d = math.sqrt(self.dim)
-        coef = theta[int(self.intercept):] / root_d
-        const = float(theta[0]) / root_d if self.intercept else 0.0
+        coef = theta[int(self.intercept):] * self.row_scale
+        const = float(theta[0]) * self.row_scale if self.intercept else 0.0
         if self.scaling == "minmax":
             width = self.upper - self.lower
             slopes = coef / width
@@ -175,7 +185,7 @@ class FeatureMap:
                        zip(self.names, self.lower, self.upper, strict=True)},
             "scaling": self.scaling,
             "intercept": self.intercept,
-            "row_norm_divisor": math.sqrt(self.dim),
+            "row_scale": self.row_scale,
             "kernel": self.kernel,
         }
         if self.omega is not None and self.offset is not None:

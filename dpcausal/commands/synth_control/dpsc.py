@@ -7,6 +7,7 @@ bounds: X is the n × T donor matrix (one row per donor, the privacy unit), y th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -241,19 +242,16 @@ def objective_mechanism(params: ObjectiveParameters, n: int) -> L2LaplaceMechani
 def objective_event(
     params: ObjectiveParameters, n: int, epsilon1: float, lam: float
 ) -> PrivacyEvent:
-    """The (nominal, uncertified) cost of DPSC_obj step 1: it is charged the full ε1."""
-    mech = objective_mechanism(params, n)
-    return PrivacyEvent(
-        kind="l2_laplace", stage=STAGE_COEF, epsilon=epsilon1, delta=0.0,
-        sensitivity=params.noise_bound, norm="l2", noise_scale=params.beta,
-        params={
-            "method": "DPSC_obj (objective perturbation, Alg. 3)", "certified": False,
-            "reason": "privacy loss unbounded in the output norm (spec §4.6)",
-            "dim": n, "c": params.c, "q": params.q, "epsilon0": params.epsilon0,
-            "delta_reg": params.delta_reg, "branch": params.branch, "lambda": lam,
-            "expected_noise_norm": mech.expected_norm,
-        },
-    )
+    """The (nominal, uncertified) cost of DPSC_obj step 1: it is charged the full ε1 (the event of
+    :func:`objective_perturbation`, marked as objective perturbation and uncertified)."""
+    base = objective_perturbation(params, n, epsilon1).event()
+    return dataclasses.replace(base, params={
+        **base.params,
+        "method": "DPSC_obj (objective perturbation, Alg. 3)", "certified": False,
+        "reason": "privacy loss unbounded in the output norm (spec §4.6)",
+        "c": params.c, "q": params.q, "epsilon0": params.epsilon0,
+        "delta_reg": params.delta_reg, "branch": params.branch, "lambda": lam,
+    })
 
 
 def objective_perturbation(params: ObjectiveParameters, n: int,

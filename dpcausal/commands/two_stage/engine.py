@@ -79,6 +79,7 @@ from dpcausal.commands.two_stage.stage1 import _moments
 from dpcausal.commands.two_stage.stage2 import release_rule
 from dpcausal.engine.base import Engine, batch_error
 from dpcausal.errors import DataError
+from dpcausal.learners.dp_features import unit_ball_scale
 from dpcausal.mechanisms import NoiseGuard
 from dpcausal.method import Release
 
@@ -126,7 +127,7 @@ def features(part: Part) -> FloatArray:
         return x
     assert extra is not None
     cols = extra[:, :1 + p] if intercept else extra[:, 1:1 + p]
-    return cols / math.sqrt(p + int(intercept))
+    return cols * unit_ball_scale(p + int(intercept))  # as FeatureMap.transform, bit for bit
 
 
 # ---- per-batch statistics (module level: pickled to Dask workers) ----

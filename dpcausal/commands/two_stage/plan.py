@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import dataclasses
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.two_stage.calibration import calibrate, noise_to_signal
 from dpcausal.commands.two_stage.privacy import mechanism, stability_bounds
@@ -25,6 +24,7 @@ from dpcausal.commands.two_stage.spec import TwoStageSpec
 from dpcausal.errors import DataError, PrivacyError, SpecError, UncertifiedModeError
 from dpcausal.learners.rounding import cholesky_completes
 from dpcausal.learners.rounding import gamma as rounding_gamma
+from dpcausal.mechanisms import ObjectivePerturbation
 
 STAGE1_FALLBACK = ("uniform weights (w = 1) if the stage-1 program is infeasible or its solve "
                    "fails; the bound in use holds for any weights, so nothing is refused")
@@ -74,16 +74,16 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
     if not cholesky_completes(dim, 2.0 + gamma + slack, gamma - slack):
         raise SpecError(f"two_stage.gamma: γ = {gamma:.3g} is too small for a float64 stage-2 solve "
                         f"with {dim} features that cannot fail; raise two_stage.gamma (or lower ε)")
-    base = mech.event()
+    # the event of the whole mechanism (noise law + Jacobian term), marked as objective
+    # perturbation so every accountant composes it by its stated (ε, δ) (mechanisms/registry.py)
+    base = ObjectivePerturbation(mech, spec.privacy.epsilon, delta).event()
     rho = noise_to_signal(cal, n_rows)
     params = {**base.params, "noise": sec.noise, "calibration": sec.calibration,
               "epsilon_noise_term": cal.noise_epsilon, "epsilon_jacobian_term": cal.hessian_epsilon,
               "gamma": gamma, "gamma_required": cal.gamma_required, "zeta": cal.zeta,
               "lambda_H": cal.lambda_h, "stability": bounds.to_dict(), "l_tilde": cal.l_tilde,
               "n": n_rows}
-    event = PrivacyEvent(kind=base.kind, stage=base.stage, epsilon=spec.privacy.epsilon,
-                         delta=delta, sensitivity=base.sensitivity, norm="l2",
-                         noise_scale=cal.scale, params=params)
+    event = dataclasses.replace(base, params=params)
     details: dict[str, Any] = {
         "weights": sec.weights, "sensitivity": sec.sensitivity, "calibration": sec.calibration,
         "noise": sec.noise, "n_rows": n_rows, "dim": dim, "gamma": gamma,
@@ -126,7 +126,7 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
         },
         details=details,
     )
-    return replace(plan, accuracy=rule_noise(spec, plan).accuracy(setup.fmap, n_search=True))
+    return dataclasses.replace(plan, accuracy=rule_noise(spec, plan).accuracy(setup.fmap, n_search=True))
 
 
 def _weight_params(spec: TwoStageSpec, setup: TwoStageSetup) -> dict[str, Any]:

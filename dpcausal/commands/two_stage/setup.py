@@ -41,8 +41,10 @@ class TwoStageSetup:
 
     @property
     def m_y(self) -> float:
-        """|y − center| ≤ M_y."""
-        return 0.5 * (self.upper - self.lower)
+        """|y − center| ≤ M_y for the computed floats: (U − L)/2 in real arithmetic, and, since
+        rounding is monotone, fl(y − c) lies between fl(L − c) and fl(U − c) for every y in
+        [L, U], so the larger of |fl(L − c)| and fl(U − c) bounds it exactly."""
+        return max(self.upper - self.center, self.center - self.lower)
 
 
 @dataclass(frozen=True)
