@@ -11,6 +11,7 @@ receipt states the assumption.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -142,3 +143,132 @@ def test_receipts_state_what_the_split_assumes() -> None:
     with pytest.raises(ValueError, match=r"cate\.split_seed was replaced"):
         CateSpec.model_validate({**cate_spec().model_dump(mode="json", by_alias=True),
                                  "cate": {"grid": {"vary": ["x0"]}, "split_seed": 0}})
+
+
+# --------------------------------------------------------------- the secret generator, id-hash
+
+
+def test_the_secret_permutation_is_drawn_from_chacha20(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The random split's permutation comes from the ChaCha20 CSPRNG keyed by OS entropy (the old
+    code drew it from PCG64DXSM, whose small state is recoverable from its outputs)."""
+    from randomgen import ChaCha
+
+    from dpcausal.mechanisms import secret
+
+    seen: list[object] = []
+    real = secret.noise_generator
+
+    def spy(*a: Any) -> np.random.Generator:
+        gen = real(*a)
+        seen.append(gen.bit_generator)
+        return gen
+
+    monkeypatch.setattr(secret, "noise_generator", spy)
+    first = row_split.first_part(row_split.RowSplit(), 50, 20)
+    assert len(first) == 20 and len(seen) == 1 and isinstance(seen[0], ChaCha)
+    source = (Path(row_split.__file__)).read_text()
+    assert "PCG64" not in source and "os.urandom" not in source
+
+
+def _ids_frame(n: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"pid": [f"P{k:05d}" for k in rng.permutation(10 * n)[:n]],
+                         "x0": rng.uniform(size=n), "x1": rng.uniform(size=n),
+                         "a": rng.integers(0, 2, n), "y": rng.uniform(size=n)})
+
+
+def test_id_hash_split_follows_the_ids_not_the_row_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under one key, the same ids land in the same part whatever the row order: the sorted-file
+    attack of finding 3 moves no record across the split."""
+    spec = cate_spec(split={"kind": "id-hash", "column": "pid"})
+    monkeypatch.setattr(row_split, "secret_key", lambda: b"k" * 32)
+    n = 300
+    d = _ids_frame(n, 1)
+    setup = build_setup(spec, n)
+
+    def first_ids(frame: pd.DataFrame) -> set[str]:
+        return set(frame["pid"].iloc[halves(spec, setup, frame)[0]])
+
+    base = first_ids(d)
+    assert len(base) == setup.n_nuisance
+    for seed in range(3):  # any row order, e.g. sorted by a value
+        shuffled = d.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+        assert first_ids(shuffled) == base
+    assert first_ids(d.sort_values("y").reset_index(drop=True)) == base
+
+
+def test_id_hash_split_is_a_fresh_uniform_subset_and_keeps_equal_ids_together() -> None:
+    n, k = 40, 3000
+    spec = cate_spec(split={"kind": "id-hash", "column": "pid"})
+    setup = build_setup(spec, n)
+    d = _ids_frame(n, 2)
+    freq = _inclusion(lambda: halves(spec, setup, d)[0], n, k)
+    assert np.all(np.abs(freq - setup.n_nuisance / n) < 0.05), freq
+    # ten rows of one id share a tag: they straddle the boundary only when the group's rank among
+    # the 31 distinct tags is one of 9, so P(together) = 22/31 ≈ 0.71 (a random split: ≈ 0.006)
+    d.loc[:9, "pid"] = "same"
+    together = 0
+    for _ in range(200):
+        first = set(halves(spec, setup, d)[0].tolist())
+        inside = sum(r in first for r in range(10))
+        together += inside in (0, 10)
+    assert together > 110  # expected 142, sd 6.4
+
+
+def test_id_hash_split_reads_its_column_states_its_assumption_and_stays_off_engines() -> None:
+    from dpcausal.commands.cate.setup import data_columns as cate_columns
+    from dpcausal.commands.select_policy import plan as select_plan
+    from dpcausal.commands.select_policy.setup import data_columns as select_columns
+    from dpcausal.errors import SpecError
+
+    spec = cate_spec(split={"kind": "id-hash", "column": "pid"})
+    assert "pid" in cate_columns(spec)
+    plan = cate_plan.plan(spec, 400, {}, rng=np.random.default_rng(0))
+    assert plan.assumptions["split"]["column"] == "pid"
+    assert "distinct value for each individual" in plan.assumptions["split"]["assumption"]
+    assert "multisets" in plan.neighbouring["row_order"]
+    sspec = select_spec(split={"kind": "id-hash", "column": "pid"})
+    assert "pid" in select_columns(sspec)
+    on_engine = {"engine": {"kind": "local"}}
+    with pytest.raises(SpecError, match=r"cate\.split\.kind: id-hash runs in memory only"):
+        cate_plan.plan(CateSpec.model_validate({**spec.model_dump(mode="json", by_alias=True),
+                                                **on_engine, "cate": {
+                                                    **spec.model_dump(mode="json")["cate"],
+                                                    "features": "rff"}}),
+                       400, {}, rng=np.random.default_rng(0))
+    with pytest.raises(SpecError, match=r"select_policy\.split\.kind: id-hash runs in memory"):
+        select_plan.plan(SelectPolicySpec.model_validate(
+            {**sspec.model_dump(mode="json", by_alias=True), **on_engine}), 400, {},
+            rng=np.random.default_rng(0))
+    for bad in ({"kind": "id-hash"}, {"kind": "random", "column": "pid"}):
+        with pytest.raises(ValueError, match=r"split\.column"):
+            cate_spec(split=bad)
+
+
+@pytest.mark.parametrize(("config", "data", "section"), [
+    ("configs/cate.yaml", "sample_data/cate_obs.csv", "cate"),
+    ("configs/select_policy.yaml", "sample_data/select_policy_obs.csv", "select_policy")])
+def test_id_hash_split_runs_through_the_cli(tmp_path: Path, config: str, data: str,
+                                            section: str) -> None:
+    import yaml
+
+    from cli_tests.helpers import invoke, read_json, write_yaml
+
+    root = Path(__file__).resolve().parents[2]
+    doc = yaml.safe_load((root / config).read_text())
+    doc.pop("ledger", None)
+    doc[section]["split"] = {"kind": "id-hash", "column": "pid"}
+    if section == "select_policy":
+        doc[section]["library"] = {"path": str(root / "configs/policies_example.yaml")}
+    frame = pd.read_csv(root / data)
+    frame.insert(0, "pid", [f"person{k:06d}" for k in np.random.default_rng(0).permutation(len(frame))])
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    spec = write_yaml(tmp_path / "s.yaml", doc)
+    res = invoke([section.replace("_", "-"), "--spec", spec, "--data", tmp_path / "d.csv",
+                  "--out", tmp_path / "o", "--quiet"])
+    assert res.exit_code == 0, res.output
+    receipt = read_json(tmp_path / "o" / "receipt.json")
+    assert receipt["assumptions"]["split"]["kind"] == "id-hash"
+    for path in (tmp_path / "o").iterdir():  # the ids are hashed under a secret key, never written
+        if path.suffix in (".csv", ".json"):
+            assert "person0" not in path.read_text()

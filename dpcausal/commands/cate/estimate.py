@@ -69,16 +69,20 @@ def clip_rows(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame
     return x, a, y
 
 
-def halves(spec: CateSpec, setup: CateSetup) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+def halves(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame | None = None
+           ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
     """(D̃ rows, D rows) by ``cate.split`` (:mod:`dpcausal.commands.common.row_split`): by default a
-    fresh secret permutation, so call it once per run."""
-    return row_split.parts(spec.cate.split, setup.n_total, setup.n_nuisance)
+    fresh secret permutation, so call it once per run. An ``id-hash`` split reads its id column
+    from ``frame``."""
+    column = spec.cate.split.id_column
+    ids = None if column is None or frame is None else frame[column].tolist()
+    return row_split.parts(spec.cate.split, setup.n_total, setup.n_nuisance, ids)
 
 
 def prepare(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame) -> Prepared:
     """Read, validate (A ∈ {0, 1}), clip to the public bounds and split into the two halves."""
     x, a, y = clip_rows(spec, setup, frame)
-    i1, i2 = halves(spec, setup)
+    i1, i2 = halves(spec, setup, frame)
     return Prepared(x[i1], a[i1], y[i1], x[i2], a[i2], y[i2])
 
 

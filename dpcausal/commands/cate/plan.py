@@ -47,6 +47,7 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
             f"cate.features: '{sec.features}' (the exact n × n kernel ridge) has no engine path; "
             "set cate.features: rff (random Fourier features, any n) to run on an engine, or "
             "remove the spec's engine section and --engine to run in memory")
+    row_split.refuse_on_engine(sec.split, spec.engine, "cate.split")
     queries = query_points(spec, setup, side)
     d = len(queries)
     prop, out = nuisance_learners(spec, setup)

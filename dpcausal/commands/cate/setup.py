@@ -267,7 +267,8 @@ def grid_axes(spec: CateSpec, setup: CateSetup) -> list[str]:
 def data_columns(spec: CateSpec) -> list[str]:
     """Covariates, treatment and outcome."""
     cols = spec.data.columns
-    return [c for c in [*cols.covariates, cols.treatment, cols.outcome] if c is not None]
+    return [c for c in [*cols.covariates, cols.treatment, cols.outcome, spec.cate.split.id_column]
+            if c is not None]
 
 
 def side_inputs(spec: CateSpec) -> dict[str, SideInput]:

@@ -54,7 +54,7 @@ def compute_utilities(spec: SelectPolicySpec, setup: Setup, frame: pd.DataFrame,
         nuis = frozen_nuisance(side["frozen_model"], inputs.fmap, mu_bounds=inputs.mu_bounds,
                                zeta=sec.zeta, path=sec.frozen_model, sign=inputs.sign)
         return learned_utilities(setup.library, nuis, x, treated, y, chunk_rows=sec.chunk_rows)
-    tr, sc = split_indices(spec, setup.n_total, setup.m)
+    tr, sc = split_indices(spec, setup.n_total, setup.m, frame)
     ridge = CertifiedRidge(sec.lambda_mu, inputs.y_bounds, inputs.mu_bounds, sec.solver_tol)
     logistic = CertifiedLogistic(sec.lambda_e, sec.zeta, sec.solver_tol)
     if sec.split.kind == "index":  # contiguous blocks: views, no copies

@@ -12,6 +12,7 @@ import numpy as np
 
 from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.commands.common import row_split
 from dpcausal.commands.select_policy.privacy import choice_mechanism, neighbouring, value_mechanism
 from dpcausal.commands.select_policy.scores import frozen_nuisance
 from dpcausal.commands.select_policy.setup import NuisanceInputs, ScoreInputs, build_setup
@@ -30,6 +31,8 @@ def plan(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any], *,
         raise SpecError("privacy.delta: select-policy is pure ε-DP (δ = 0); set privacy.delta to 0")
     sec = spec.select_policy
     setup = build_setup(spec, n_rows, side)
+    if setup.regime == "learned":
+        row_split.refuse_on_engine(sec.split, spec.engine, "select_policy.split")
     inputs = setup.inputs
     if setup.regime == "frozen" and isinstance(inputs, NuisanceInputs):
         frozen_nuisance(side["frozen_model"], inputs.fmap, mu_bounds=inputs.mu_bounds,

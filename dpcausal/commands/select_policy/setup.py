@@ -205,12 +205,14 @@ def treated_indicator(spec: SelectPolicySpec, inputs: NuisanceInputs, frame: pd.
                         column=inputs.treatment, command="select-policy's certified route")
 
 
-def split_indices(spec: SelectPolicySpec, n_rows: int, m: int) -> tuple[npt.NDArray[np.intp],
-                                                                         npt.NDArray[np.intp]]:
+def split_indices(spec: SelectPolicySpec, n_rows: int, m: int, frame: pd.DataFrame | None = None
+                  ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
     """(nuisance rows, scoring rows) by ``select_policy.split``
     (:mod:`dpcausal.commands.common.row_split`): by default a fresh secret permutation, so call it
-    once per run."""
-    return row_split.parts(spec.select_policy.split, n_rows, m)
+    once per run. An ``id-hash`` split reads its id column from ``frame``."""
+    column = spec.select_policy.split.id_column
+    ids = None if column is None or frame is None else frame[column].tolist()
+    return row_split.parts(spec.select_policy.split, n_rows, m, ids)
 
 
 def data_columns(spec: SelectPolicySpec) -> list[str]:
@@ -222,6 +224,8 @@ def data_columns(spec: SelectPolicySpec) -> list[str]:
         out += [fs.treated, fs.control]
     else:
         out += [c for c in (cols.outcome, cols.treatment) if c is not None]
+    if spec.select_policy.regime == "learned" and spec.select_policy.split.id_column is not None:
+        out.append(spec.select_policy.split.id_column)
     return list(dict.fromkeys(out))
 
 
