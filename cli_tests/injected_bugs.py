@@ -59,3 +59,12 @@ def refuse_on_odd_treated(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for module in (owl_estimate, owl_audit):  # the run and the audit's pre-noise values
         monkeypatch.setattr(module, "fit_nonprivate", fit)
+
+
+def halve_synth_control_sensitivity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """synth-control's coefficient Δ = √(2T0/λ) understated by half (plan and run alike)."""
+    from dpcausal.commands.synth_control import dpsc
+
+    real = dpsc.coefficient_sensitivity
+    monkeypatch.setattr(dpsc, "coefficient_sensitivity",
+                        lambda *a: (real(*a)[0] / 2, real(*a)[1]))

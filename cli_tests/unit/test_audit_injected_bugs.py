@@ -54,15 +54,21 @@ def test_owl_with_a_1d_laplace_radius_fails(workdir: Path, monkeypatch: pytest.M
     assert report["black_box"]["stages"][0]["epsilon_lower_bound"] > 5.0
 
 
+def _dpsc_out_spec(workdir: Path, epsilon: float) -> Path:
+    """The shipped synth-control example switched to the paper's DPSC_out at ``epsilon`` with
+    λ = T0 (κ = √(λ/2T0) < 1, so a donor inside the bounds can attain Δ = √(2T0/λ))."""
+    doc = yaml.safe_load((workdir / "configs" / "synth_control.yaml").read_text())
+    for key in ("k", "weights", "band", "releases", "shares"):
+        doc["synth_control"].pop(key, None)
+    doc["synth_control"].update(method="out", **{"lambda": "T0"})
+    doc["privacy"]["epsilon"] = epsilon
+    return write_yaml(workdir / "sc.yaml", doc)
+
+
 def test_synth_control_with_a_1d_laplace_radius_fails_at_a_small_epsilon(
         workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The default-run version (the shipped ε = 20 needs ~10⁶ draws: the slow test below)."""
-    doc = yaml.safe_load((workdir / "configs" / "synth_control.yaml").read_text())
-    for key in ("k", "weights", "band", "releases", "shares"):  # the paper's DPSC_out
-        doc["synth_control"].pop(key, None)
-    doc["synth_control"]["method"] = "out"
-    doc["privacy"]["epsilon"] = 4.0
-    spec = write_yaml(workdir / "sc.yaml", doc)
+    spec = _dpsc_out_spec(workdir, 4.0)
     code, _, err = audit(spec)
     assert code == 0, err
     bugs.one_d_radius(monkeypatch)
@@ -101,16 +107,32 @@ def test_synth_control_individual_unit_passes_and_fails_an_understated_bound(
     assert code == 4, err
 
 
+def test_dpsc_out_neighbours_reach_both_stated_sensitivities(workdir: Path) -> None:
+    """DPSC_out (scaling: scale) on the shipped bounds: [0, 300] map onto [0, 1] only, where
+    donors reach half of each sensitivity (the old audit: 0.5); it is audited on [−300, 300], the
+    same mechanism on the domain its bound is proven for, where the planted pair attains both."""
+    code, report, err = audit(_dpsc_out_spec(workdir, 4.0))
+    assert code == 0, err
+    ratios = report["gray_box"]["max_sensitivity_ratio_per_stage"]
+    assert set(ratios) == {"synth_control.coefficients", "synth_control.post_donors"}
+    assert all(0.99 < r <= 1.0 + 1e-9 for r in ratios.values()), ratios
+    assert any("[-300, 300]" in n for n in report["notes"])
+
+
+def test_synth_control_with_half_the_sensitivity_fails(workdir: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    bugs.halve_synth_control_sensitivity(monkeypatch)
+    code, report, err = audit(_dpsc_out_spec(workdir, 4.0))
+    assert code == 4, err
+    assert report["gray_box"]["max_sensitivity_ratio_per_stage"][
+        "synth_control.coefficients"] > 1.9
+
+
 @pytest.mark.slow
 def test_synth_control_with_a_1d_laplace_radius_fails(workdir: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     bugs.one_d_radius(monkeypatch)
-    doc = yaml.safe_load((workdir / "configs" / "synth_control.yaml").read_text())
-    for key in ("k", "weights", "band", "releases", "shares"):  # the paper's DPSC_out
-        doc["synth_control"].pop(key, None)
-    doc["synth_control"]["method"] = "out"
-    doc["privacy"]["epsilon"] = 20.0
-    code, report, err = audit(write_yaml(workdir / "sc.yaml", doc))
+    code, report, err = audit(_dpsc_out_spec(workdir, 20.0))
     assert code == 4, err
     coef = report["black_box"]["stages"][0]
     assert coef["stage"] == "synth_control.coefficients" and coef["epsilon_lower_bound"] > 10.0

@@ -62,6 +62,9 @@ class AuditAdapter:
     secret random permutation: the one fixed permutation the gray-box conditions on
     (:func:`dpcausal.commands.common.row_split.for_audit`), so D and D′ are compared under the same
     split — the coupling under which the random split's guarantee is proved."""
+    notes: Callable[[Any], list[str]] | None = None
+    """Optional: what the report must say about the audited spec (e.g. a data domain widened to
+    the one the sensitivity is proven for)."""
 
 
 @dataclass
@@ -151,6 +154,8 @@ def run_audit(
     plan = method.plan(spec, len(frame), side, rng=rng)
     cost = plan.cost
     report = AuditReport(plan.command, cost.epsilon, cost.delta, len(frame))
+    if adapter.notes is not None:
+        report.notes += adapter.notes(spec)
     base, base_err = _attempt(lambda: adapter.pre_noise(spec, frame, plan, side))
     worst: tuple[pd.DataFrame, pd.DataFrame] | None = None
     answered = base_err is None

@@ -41,6 +41,42 @@ FloatArray = npt.NDArray[np.float64]
 Pair = tuple[str, pd.DataFrame | None, pd.DataFrame]
 
 
+def audit_spec(spec: SynthControlSpec) -> SynthControlSpec:
+    """The spec to audit: with ``scaling: scale``, bounds.outcome widened to [−B, B],
+    B = max(|lo|, |hi|).
+
+    Notes
+    -----
+    Both sensitivities (√(2T0/λ) for the coefficients, 2 per post-period cell) are proven for data
+    mapped into [−1, 1], and ``scale`` maps x ↦ x/B whatever lo and hi are: the spec with [−B, B]
+    has exactly the same mechanism (the same events, the same noise in mapped and original units)
+    on a larger data domain that contains the spec's. Bounds such as [0, 300] map onto [0, 1] only,
+    where no donor can reach the sensitivities (half of each at most), so a sensitivity understated
+    by up to 2× would pass; on [−B, B] the planted pair attains both. The audit thus checks the
+    mechanism on the domain its bound is proven for, which covers the spec's own.
+    ``affine`` already maps [lo, hi] onto [−1, 1], and ``method: capped`` has no such mapping (its
+    planted pairs reach its sensitivities on the spec's own bounds): unchanged.
+    """
+    omap = OutcomeMap.from_spec(spec)
+    if (spec.synth_control.method == "capped" or spec.synth_control.scaling != "scale"
+            or -omap.lo == omap.hi):
+        return spec
+    big = omap.unit_scale
+    return spec.model_copy(update={"bounds": spec.bounds.model_copy(
+        update={"outcome": (-big, big)})})
+
+
+def notes(spec: SynthControlSpec) -> list[str]:
+    """The report's note on the audited domain."""
+    omap = OutcomeMap.from_spec(spec)
+    if spec.synth_control.method == "capped" or spec.synth_control.scaling != "scale":
+        return []
+    return [f"synth-control (scaling: scale) is audited on the outcome domain [{omap.lo:g}, "
+            f"{omap.hi:g}], which scale maps onto [-1, 1], the domain its sensitivities are proven "
+            "for: the same mechanism as for any bounds within it, so narrower spec bounds are "
+            "covered"]
+
+
 def _layout(spec: SynthControlSpec, frame: pd.DataFrame) -> PanelLayout:
     return build_layout(spec, frame, spec.data.path)
 
@@ -183,6 +219,7 @@ def output_vector(release: Release) -> FloatArray:
     return path
 
 
-ADAPTER = AuditAdapter(METHOD, "synth_control", synthesize, neighbours, pre_noise, output_vector)
+ADAPTER = AuditAdapter(METHOD, "synth_control", synthesize, neighbours, pre_noise, output_vector,
+                       audit_spec=audit_spec, notes=notes)
 """synth-control's audit adapter (listed in :data:`dpcausal.commands.COMMANDS`)."""
 """(synthesize, neighbours, pre_noise, output_vector), in AuditAdapter's order."""
