@@ -43,7 +43,8 @@ def _releases(frame: pd.DataFrame, draws: int, seed: int, scale_factor: float = 
     setup = build_setup(spec)
     data = prepare(spec, setup, frame, None)
     w = compute_weights(spec, setup, data)
-    cal = calibrate(n=n, dim=1, m_x=1.0, m_y=setup.m_y, l1_radius=setup.l1_radius, epsilon=EPS,
+    cal = calibrate(n=n, dim=1, m_x=1.0, m_inf=setup.m_inf, m_y=setup.m_y,
+                    l1_radius=setup.l1_radius, epsilon=EPS,
                     delta=0.0, eps_split=0.5, noise="gamma",
                     bounds=stability_bounds(spec, setup, n), mode="safe")
     gamma = float(plan.details["gamma"])

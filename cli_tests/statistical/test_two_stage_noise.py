@@ -35,7 +35,8 @@ def _recovered_noise(noise: str, delta: float, draws: int) -> tuple[np.ndarray, 
     data = prepare(spec, setup, df, None)
     w = compute_weights(spec, setup, data)
     bounds = stability_bounds(spec, setup, n)
-    cal = calibrate(n=n, dim=setup.fmap.dim, m_x=1.0, m_y=setup.m_y, l1_radius=setup.l1_radius,
+    cal = calibrate(n=n, dim=setup.fmap.dim, m_x=1.0, m_inf=setup.m_inf, m_y=setup.m_y,
+                    l1_radius=setup.l1_radius,
                     epsilon=2.0, delta=delta, eps_split=0.5, noise=noise, bounds=bounds,
                     mode="safe")
     assert cal.scale == pytest.approx(plan.details["noise_scale"])

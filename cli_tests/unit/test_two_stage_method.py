@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pandas as pd
 import pytest
 
 from dpcausal.commands.two_stage import plan as ts_plan
+from dpcausal.commands.two_stage.calibration import calibrate, uniform_bounds
 from dpcausal.commands.two_stage.estimate import run
 from dpcausal.commands.two_stage.rule import apply_rule
 from dpcausal.commands.two_stage.setup import build_setup, prepare
@@ -180,3 +182,34 @@ def test_rule_roundtrip_and_sign(tmp_path: Path) -> None:
     assert recs["id"].tolist() == ["p", "q"]
     with pytest.raises(Exception, match="not a valid"):
         apply_rule({"command": "owl"}, new, tmp_path / "x")
+
+
+def test_zeta_bounds_every_record_gradient_and_is_attained() -> None:
+    """ζ = 2M_x(2M_y + M_∞λ₁) with M_∞ = (1 − 8u)/√d ≥ ‖x‖_∞ for the feature map's rows: a
+    search over corner and random rows, ℓ₁-ball vertices and random θ, and |t| = 2M_y never
+    exceeds it, and the corner (1, …, 1) at θ = −λ₁e₀ attains it (the paper's ζ = 2M_x²λ₁ + 4M_xM_y
+    is 2λ₁(1 − M_∞) larger, which this pins)."""
+    spec = make_spec(l1_radius=5.0)
+    setup = build_setup(spec)
+    kw: dict[str, Any] = dict(n=500, dim=setup.fmap.dim, m_x=1.0, m_inf=setup.m_inf,
+                              m_y=setup.m_y, l1_radius=5.0, epsilon=1.0, delta=0.0,
+                              eps_split=0.5, noise="gamma", bounds=uniform_bounds(500))
+    cal, paper = calibrate(**kw, mode="safe"), calibrate(**kw, mode="paper")
+    assert cal.zeta == pytest.approx(2.0 * (2.0 * setup.m_y + setup.m_inf * 5.0))
+    assert paper.zeta == pytest.approx(2.0 * 5.0 + 4.0 * setup.m_y)
+    rng = np.random.default_rng(3)
+    corners = np.array(list(itertools.product([-1.0, 1.0], repeat=len(COVS))))
+    raw = np.vstack([corners, rng.uniform(-1.5, 1.5, size=(2000, len(COVS)))])
+    x = setup.fmap.transform(raw)
+    assert np.abs(x).max() <= setup.m_inf and np.linalg.norm(x, axis=1).max() <= 1.0
+    d = setup.fmap.dim
+    vertices = np.vstack([5.0 * np.eye(d), -5.0 * np.eye(d)])
+    z = rng.standard_normal((200, d))
+    thetas = np.vstack([vertices, 5.0 * z / np.abs(z).sum(axis=1, keepdims=True)])
+    norms = np.linalg.norm(x, axis=1)
+    worst = 0.0
+    for t in (2.0 * setup.m_y, -2.0 * setup.m_y):
+        grad = 2.0 * np.abs(t - x @ thetas.T) * norms[:, None]
+        worst = max(worst, float(grad.max()))
+    assert worst <= cal.zeta
+    assert worst >= (1.0 - 1e-12) * cal.zeta

@@ -14,7 +14,7 @@ and the paper's (3.4) quantities, kept only for ``calibration: paper`` (reproduc
 
 ``safe`` calibration (ε-DP with Gamma noise; (ε, δ) with Gaussian noise):
 
-    ζ = 2M_x²λ₁ + 4M_xM_y,  λ_H = 2M_x²                     (Corollary 6.1, checked)
+    ζ = 2M_x(2M_y + M_∞λ₁),  λ_H = 2M_x²                    (Corollary 6.1 with M_∞ ≥ ‖x‖_∞; paper: M_x)
     Gamma:    1/β = ζ·W̄₁ˢ/ε_b
     Gaussian: σ = (ζ·W̄₁ˢ/(2ε_b))·(L̃ + sqrt(L̃² + 2ε_b)),  L̃ = sqrt((√p + sqrt(ln 1/δ))² + ln 1/δ)
     γ ≥ λ_H·W̄₂aug/(ε_H·n),   ε_b + ε_H = ε.
@@ -287,9 +287,16 @@ class Calibrated:
 
 def calibrate(*, n: int, dim: int, m_x: float, m_y: float, l1_radius: float, epsilon: float,
               delta: float, eps_split: float, noise: Literal["gamma", "gaussian"],
-              bounds: StabilityBounds, mode: Calibration) -> Calibrated:
-    """β or σ and γ_required from public inputs (module docstring)."""
-    zeta = 2.0 * m_x**2 * l1_radius + 4.0 * m_x * m_y
+              bounds: StabilityBounds, mode: Calibration, m_inf: float | None = None) -> Calibrated:
+    """β or σ and γ_required from public inputs (module docstring).
+
+    ``m_inf`` ≥ ‖x‖_∞ for every feature row (default ``m_x``): ``safe`` uses
+    ζ = 2M_x(2M_y + M_∞λ₁), since |xᵀθ| ≤ ‖x‖_∞‖θ‖₁ ≤ M_∞λ₁ on the ℓ₁ ball (for the feature map,
+    M_∞ = (1 − 8u)/√d ≪ M_x = 1: every coordinate of a unit row is at most that); ``paper`` keeps
+    the paper's ζ = 2M_x²λ₁ + 4M_xM_y.
+    """
+    inf_bound = m_x if m_inf is None or mode != "safe" else min(m_inf, m_x)
+    zeta = 2.0 * m_x * (inf_bound * l1_radius + 2.0 * m_y)
     lambda_h = 2.0 * m_x**2
     eps_b = eps_split * epsilon
     eps_h = epsilon - eps_b

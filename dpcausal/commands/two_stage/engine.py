@@ -35,7 +35,7 @@ floating-point additions, never which rows enter or how each is mapped. The weig
 the same map D ↦ w(D) ∈ nΔⁿ as in memory, and the stability sups W̄₁ˢ, W̄₂aug (exact enumerated sups
 for uniform/ipw-rct/ipw-known, the proven ratio bounds for ipw-logit/ebw, or the universal caps)
 bound how all n weights move when one row is replaced whatever the partitioning; the gradient-map
-shift of stage 2 is ≤ ζ·W̄₁ˢ, ζ = 2M_x²λ₁ + 4M_xM_y, as in
+shift of stage 2 is ≤ ζ·W̄₁ˢ, ζ = 2M_x(2M_y + M_∞λ₁), as in
 :func:`dpcausal.commands.two_stage.privacy.mechanism`. The ipw-logit/ebw bounds add the certified
 solver slack η; the certificate's rounding allowance ε_g (``gradient_rounding_allowance``) bounds
 the error of the float gradient for ANY summation order (γ_{n+1}·Σ|terms|, which holds for every

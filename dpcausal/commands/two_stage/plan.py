@@ -58,7 +58,8 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
     setup = build_setup(spec)
     bounds = stability_bounds(spec, setup, n_rows)
     dim = setup.fmap.dim
-    cal = calibrate(n=n_rows, dim=dim, m_x=M_X, m_y=setup.m_y, l1_radius=setup.l1_radius,
+    cal = calibrate(n=n_rows, dim=dim, m_x=M_X, m_inf=setup.m_inf, m_y=setup.m_y,
+                    l1_radius=setup.l1_radius,
                     epsilon=spec.privacy.epsilon, delta=delta, eps_split=sec.eps_split,
                     noise=sec.noise, bounds=bounds, mode=sec.calibration)
     mech = mechanism(spec, cal, dim)  # first: an ε too small for float64 is named as such
@@ -116,7 +117,7 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
         assumptions={
             "outcome_bounds": list(spec.bounds.outcome or ()),
             "outcome_direction": sec.outcome_direction,
-            "outcome_center": setup.center, "M_y": setup.m_y, "M_x": M_X,
+            "outcome_center": setup.center, "M_y": setup.m_y, "M_x": M_X, "M_inf": setup.m_inf,
             "covariate_bounds": setup.fmap.to_dict()["bounds"],
             "l1_radius": setup.l1_radius,
             "weights": sec.weights, "sensitivity": sec.sensitivity,

@@ -74,7 +74,8 @@ def mechanism(spec: TwoStageSpec, cal: Calibrated, dim: int) -> L2LaplaceMechani
     -----
     Neighbouring relation: replace one row (one individual); n is public.
     Sensitivity: for every θ in the ℓ₁ ball, the gradient map b_D(θ) = −[Σ w_i∇ℓ(θ; d_i) + nγθ]
-    moves by at most Δ = ζ·W̄₁ˢ between neighbours, ζ = 2M_x²λ₁ + 4M_xM_y (Cor 6.1): the replaced
+    moves by at most Δ = ζ·W̄₁ˢ between neighbours, ζ = 2M_x(2M_y + M_∞λ₁) (Cor 6.1 with |xᵀθ| ≤
+    M_∞λ₁, M_∞ ≥ ‖x‖_∞; the paper: M_∞ = M_x): the replaced
     record's old and new gradients are each ≤ ζ·weight and every other gradient is ≤ ζ·|Δw_i|.
     Guarantee: Gamma noise (density ∝ exp(−ε_b‖b‖/Δ), the ℓ₂-Laplace law) bounds the noise term of
     the privacy loss by ε_b; Gaussian noise with σ = (Δ/(2ε_b))(L̃ + sqrt(L̃² + 2ε_b)) bounds it by

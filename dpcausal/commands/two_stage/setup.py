@@ -40,6 +40,13 @@ class TwoStageSetup:
         return 0.5 * (self.lower + self.upper)
 
     @property
+    def m_inf(self) -> float:
+        """M_∞ ≥ ‖x‖_∞ for every stage-2 feature row: the feature map's row scale (1 − 8u)/√d
+        (each clipped, scaled coordinate lies in [−1, 1] before the product, and rounding the
+        product of a number of magnitude ≤ 1 with the float scale cannot exceed the scale)."""
+        return self.fmap.row_scale
+
+    @property
     def m_y(self) -> float:
         """|y − center| ≤ M_y for the computed floats: (U − L)/2 in real arithmetic, and, since
         rounding is monotone, fl(y − c) lies between fl(L − c) and fl(U − c) for every y in

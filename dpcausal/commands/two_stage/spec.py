@@ -123,7 +123,8 @@ class TwoStageSection(BinaryArms):
     shrinkage)."""
     l1_radius: PositiveFinite | None = None
     """λ₁ > 0: θ is constrained to ‖θ‖₁ ≤ λ₁ (required). The sensitivity grows with
-    ζ = 2M_x²λ₁ + 4M_xM_y, so a larger λ₁ allows a larger rule but adds noise."""
+    ζ = 2M_x(2M_y + M_∞λ₁), M_∞ = (1 − 8u)/√d (d = dim θ), so a larger λ₁ allows a larger rule
+    but adds noise."""
     gamma: PositiveFinite | None = None
     """Ridge γ > 0 of stage 2; default γ_required (the smallest the calibration allows); a
     smaller value is refused. A larger γ shrinks the rule more without reducing the noise."""

@@ -36,7 +36,8 @@ def release_rule(spec: TwoStageSpec, setup: TwoStageSetup, plan: PrivacyPlan, h:
     engine run (dpcausal/commands/two_stage/engine.py), which differ only in how H and g are
     summed."""
     bounds = stability_bounds(spec, setup, n)
-    cal = calibrate(n=n, dim=setup.fmap.dim, m_x=M_X, m_y=setup.m_y, l1_radius=setup.l1_radius,
+    cal = calibrate(n=n, dim=setup.fmap.dim, m_x=M_X, m_inf=setup.m_inf, m_y=setup.m_y,
+                    l1_radius=setup.l1_radius,
                     epsilon=spec.privacy.epsilon, delta=spec.privacy.delta,
                     eps_split=spec.two_stage.eps_split, noise=spec.two_stage.noise,
                     bounds=bounds, mode=spec.two_stage.calibration)
