@@ -31,7 +31,7 @@ from dpcausal.accounting.receipt import build_receipt, finalize, sha256_bytes
 from dpcausal.errors import AccuracyRefusedError, BudgetExceededError, OutputError, PrivacyError
 from dpcausal.io import tables
 from dpcausal.io.documents import read_document
-from dpcausal.io.release_dir import RECEIPT, ReleaseDir
+from dpcausal.io.release_dir import RECEIPT, ReleaseDir, Staged
 from dpcausal.io.writers import csv_bytes, json_bytes, parquet_bytes
 from dpcausal.mechanisms import NoiseGuard
 from dpcausal.method import MethodDef, Release
@@ -57,26 +57,37 @@ class RunResult:
     then this error (exit 3)."""
     target: TargetReport | None = None
     """``--dry-run --target-halfwidth``: the smallest ε (and n) meeting the target."""
+    release: Release | None = None
+    """What the method released (unless a dry run)."""
+    files: dict[str, bytes] = field(default_factory=dict)
+    """The released files' bytes as hashed in the receipt (``receipt.json`` apart)."""
 
     def plan_dict(self) -> dict[str, Any]:
         """The plan as printed by ``--dry-run --json``."""
-        cost = self.plan.cost
-        return {
-            "command": self.plan.command,
-            "dry_run": self.dry_run,
-            "n_rows": self.n_rows,
-            "epsilon": cost.epsilon,
-            "delta": cost.delta,
-            "guarantee": self.plan.guarantee if self.plan.dp_guarantee else "none",
-            "dp_guarantee": self.plan.dp_guarantee,
-            "neighbouring": self.plan.neighbouring,
-            "events": [e.to_dict() for e in self.plan.events],
-            "assumptions": self.plan.assumptions,
-            "details": self.plan.details,
-            "accuracy": [a.to_dict() for a in self.plan.accuracy],
-            "ledger": self.ledger_state.to_dict() if self.ledger_state else None,
-            **({"target": self.target.to_dict()} if self.target is not None else {}),
-        }
+        return plan_document(self.plan, self.n_rows, self.ledger_state, self.target,
+                             dry_run=self.dry_run)
+
+
+def plan_document(plan: PrivacyPlan, n_rows: int, ledger_state: LedgerState | None,
+                  target: TargetReport | None, *, dry_run: bool) -> dict[str, Any]:
+    """A plan as ``--dry-run --json`` prints it (and the API's ``Plan.to_dict``)."""
+    cost = plan.cost
+    return {
+        "command": plan.command,
+        "dry_run": dry_run,
+        "n_rows": n_rows,
+        "epsilon": cost.epsilon,
+        "delta": cost.delta,
+        "guarantee": plan.guarantee if plan.dp_guarantee else "none",
+        "dp_guarantee": plan.dp_guarantee,
+        "neighbouring": plan.neighbouring,
+        "events": [e.to_dict() for e in plan.events],
+        "assumptions": plan.assumptions,
+        "details": plan.details,
+        "accuracy": [a.to_dict() for a in plan.accuracy],
+        "ledger": ledger_state.to_dict() if ledger_state else None,
+        **({"target": target.to_dict()} if target is not None else {}),
+    }
 
 
 def render_release(release: Release, *, parquet: bool) -> dict[str, bytes]:
@@ -101,18 +112,28 @@ class Charge:
     spec_cap: Budget | None
 
 
-def charge_and_publish(out: ReleaseDir, files: dict[str, bytes], receipt: dict[str, Any],
+def release_version(receipt: dict[str, Any]) -> str:
+    """The published release's name: ``<seq>-<hash[:12]>`` (``<hash[:12]>`` without a ledger)."""
+    return (f"{receipt['seq']:06d}-{receipt['hash'][:12]}" if receipt.get("seq")
+            else receipt["hash"][:12])
+
+
+def charge_and_publish(out: ReleaseDir | None, files: dict[str, bytes], receipt: dict[str, Any],
                        charge: Charge) -> tuple[dict[str, Any], list[Path]]:
     """Stage ``files``, charge the ledger, then publish the release with its receipt, whole.
 
     Returns the receipt as charged and the published paths (the receipt last). A failure while
     staging or charging spends nothing and publishes nothing; a failure after the charge raises
     OutputError saying "charged, not published" and leaves the previous release in place.
+    ``out=None`` (the API's in-memory release): charge only; nothing is written, and
+    :func:`publish` may write the release later.
     """
-    try:
-        staged = out.stage(files)
-    except OutputError as exc:
-        raise OutputError(f"{exc}; nothing was spent") from exc
+    staged = None
+    if out is not None:
+        try:
+            staged = out.stage(files)
+        except OutputError as exc:
+            raise OutputError(f"{exc}; nothing was spent") from exc
     try:
         if charge.ledger is not None:
             assert charge.dataset is not None
@@ -122,23 +143,41 @@ def charge_and_publish(out: ReleaseDir, files: dict[str, bytes], receipt: dict[s
         else:
             final = finalize({**receipt, "ledger": None}, None)
     except BaseException:
-        staged.discard()
+        if staged is not None:
+            staged.discard()
         raise
-    version = (f"{final['seq']:06d}-{final['hash'][:12]}" if final.get("seq")
-               else final["hash"][:12])
+    if out is None:
+        return final, []
+    assert staged is not None
+    return final, _publish_staged(out, staged, final, charged=True)
+
+
+def publish(out: ReleaseDir, files: dict[str, bytes], receipt: dict[str, Any]) -> list[Path]:
+    """Publish an already charged release (``files`` and its ``receipt``) into ``out``, whole:
+    staged, then renamed in place (the API's ``Release.save``). Spends nothing."""
+    out.preflight()
+    staged = out.stage(files)
+    return _publish_staged(out, staged, receipt, charged=False)
+
+
+def _publish_staged(out: ReleaseDir, staged: Staged, final: dict[str, Any], *,
+                    charged: bool) -> list[Path]:
     try:
         staged.add(RECEIPT, json_bytes(final))
-        paths = staged.publish(version)
+        return staged.publish(release_version(final))
     except BaseException as exc:
         staged.discard()
         if not isinstance(exc, OSError | OutputError):
             raise
-        what = (f"charged, not published: the budget of this run is spent (ledger line "
-                f"{final['seq']}, hash {final['hash'][:12]})" if final.get("seq")
-                else "computed, not published")
+        if not charged:
+            what = "not written (its budget was spent when it was released)"
+        elif final.get("seq"):
+            what = (f"charged, not published: the budget of this run is spent (ledger line "
+                    f"{final['seq']}, hash {final['hash'][:12]})")
+        else:
+            what = "computed, not published"
         raise OutputError(f"{exc}. The release was {what}; nothing was written to {out.out}, and "
                           "the previous release there (if any) is intact") from exc
-    return final, paths
 
 
 def load_side_inputs(method: MethodDef, spec: CommonSpec,
@@ -264,11 +303,14 @@ def prepare(method: MethodDef, spec: CommonSpec, spec_sha256: str, *,
                     refusal, engine_run, replan, prep, columns)
 
 
-def estimate(run: Prepared, out: ReleaseDir, *, test_noise_seed: int | None = None) -> Estimated:
-    """Read the rows (or open the engine), run the method, draw every noise through the run's one
-    guard, and render the outputs; nothing is charged or written."""
+def estimate(run: Prepared, out: ReleaseDir | None, *,
+             test_noise_seed: int | None = None) -> Estimated:
+    """Check ``out`` can take the release (None: kept in memory), read the rows (or open the
+    engine), run the method, draw every noise through the run's one guard, and render the
+    outputs; nothing is charged or written."""
     method, spec, info, plan = run.method, run.spec, run.info, run.plan
-    out.preflight()
+    if out is not None:
+        out.preflight()
     engine_record = None
     if run.engine_run is None:
         frame = tables.read_table(spec.data.path, run.columns)
@@ -297,10 +339,11 @@ def estimate(run: Prepared, out: ReleaseDir, *, test_noise_seed: int | None = No
     return Estimated(plan, release, files, noise.source, engine_record)
 
 
-def charge_and_write(run: Prepared, est: Estimated, out: ReleaseDir, *,
+def charge_and_write(run: Prepared, est: Estimated, out: ReleaseDir | None, *,
                      seeded_noise: bool) -> RunResult:
     """Build the receipt, charge the ledger and publish the release whole
-    (:func:`charge_and_publish`); the result as charged."""
+    (:func:`charge_and_publish`; ``out=None``: charge only, the release stays in memory); the
+    result as charged."""
     spec = run.spec
     receipt = build_receipt(
         est.plan,
@@ -321,7 +364,8 @@ def charge_and_write(run: Prepared, est: Estimated, out: ReleaseDir, *,
                         after=Budget(**charged["spent_after"]), cap=Budget(**charged["cap"]),
                         ledger_id=charged["ledger_id"])
     return RunResult(plan=est.plan, n_rows=run.info.n_rows, ledger_state=state, dry_run=False,
-                     receipt=receipt, output_paths=paths, summary=est.release.summary)
+                     receipt=receipt, output_paths=paths, summary=est.release.summary,
+                     release=est.release, files=est.files)
 
 
 def execute(
@@ -333,6 +377,7 @@ def execute(
     dry_run: bool = False,
     test_noise_seed: int | None = None,
     target_halfwidth: float | None = None,
+    write: bool = True,
 ) -> RunResult:
     """Plan, check, and (unless ``dry_run``) run and release: :func:`prepare`, then
     :func:`estimate`, then :func:`charge_and_write`.
@@ -355,6 +400,9 @@ def execute(
     target_halfwidth
         With ``dry_run``: also search the smallest ε (and n) whose predicted half-width of the
         headline quantity (or ``accuracy.quantity``) is at most this.
+    write
+        Publish the release into ``spec.output.dir`` (False: charge it and keep it in memory,
+        ``RunResult.release`` and ``files``; the Python API's ``release(..., out=None)``).
     """
     run = prepare(method, spec, spec_sha256, seed=seed)
     if dry_run:  # a dry run shows the plan it refuses (the CLI exits 3 after)
@@ -365,6 +413,6 @@ def execute(
                          dry_run=True, refusal=run.refusal, target=target)
     if run.refusal is not None:
         raise run.refusal
-    out = ReleaseDir(Path(spec.output.dir))
+    out = ReleaseDir(Path(spec.output.dir)) if write else None
     est = estimate(run, out, test_noise_seed=test_noise_seed)
     return charge_and_write(run, est, out, seeded_noise=test_noise_seed is not None)

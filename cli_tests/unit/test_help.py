@@ -13,12 +13,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+import dpcausal as dpc
 from cli_tests.helpers import invoke
-from dpcausal.cli._run import print_plan
+from dpcausal.api.render import print_plan
 from dpcausal.commands import COMMANDS
-from dpcausal.commands.cate.method import METHOD
-from dpcausal.pipeline import execute
-from dpcausal.spec.load import load_spec
 
 
 def _fields(schema: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -73,9 +71,9 @@ def test_release_help_names_what_each_option_takes() -> None:
 
 def _cate_plan() -> Any:
     repo = Path(__file__).resolve().parents[2]
-    spec, sha = load_spec(repo / "configs" / "cate.yaml", METHOD.spec_model)
-    data = (repo / spec.data.path) if spec.data.path else None
-    return execute(METHOD, spec.with_overrides(data=data), sha, dry_run=True)
+    spec = dpc.load_spec(repo / "configs" / "cate.yaml")
+    assert spec.data.path is not None
+    return dpc.plan(spec, repo / spec.data.path)
 
 
 def test_the_plan_prints_full_stage_names_in_logs(repo_root: Path,

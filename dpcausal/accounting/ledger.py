@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dpcausal import __version__
+from dpcausal._version import __version__
 from dpcausal.accounting import chain
 from dpcausal.accounting.accountant import Accountant, RunCost
 from dpcausal.accounting.budget import Budget

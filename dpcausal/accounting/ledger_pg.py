@@ -38,7 +38,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
-from dpcausal import __version__
+from dpcausal._version import __version__
 from dpcausal.accounting import chain
 from dpcausal.accounting.ledger_key import (
     EnvKey,

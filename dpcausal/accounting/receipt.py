@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from dpcausal import __version__
+from dpcausal._version import __version__
 from dpcausal.accounting.plan import PrivacyPlan
 
 SCHEMA_VERSION = 2

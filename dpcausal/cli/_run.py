@@ -13,14 +13,12 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from dpcausal.errors import EXIT_INTERNAL, DPCausalError, SpecError
 
 if TYPE_CHECKING:
+    from dpcausal.api import Plan, Release
     from dpcausal.commands import Command
-    from dpcausal.pipeline import RunResult
 
 T = TypeVar("T")
 
@@ -108,128 +106,34 @@ def status(message: str, quiet: bool) -> Iterator[None]:
         yield
 
 
-def _fmt(x: Any) -> str:
-    if isinstance(x, float):
-        return f"{x:.6g}"
-    return str(x)
-
-
-def print_plan(result: RunResult, console: Console) -> None:
-    """The privacy plan as a table (dry run, and the top of every release summary)."""
-    plan = result.plan
-    cost = plan.cost
-    console.print(
-        f"[bold]{plan.command}[/bold] privacy plan: {len(plan.events)} mechanism(s), "
-        f"total ε = {_fmt(cost.epsilon)}, δ = {_fmt(cost.delta)}, "
-        f"guarantee: {plan.guarantee if plan.dp_guarantee else 'NONE (uncertified)'}; "
-        f"{result.n_rows} rows; neighbours: {plan.neighbouring.get('relation')} "
-        f"{plan.neighbouring.get('unit', '')}"
-    )
-    table = Table(show_header=True, header_style="bold")
-    for col in ("stage", "mechanism", "ε", "δ", "sensitivity", "noise scale"):
-        table.add_column(col, overflow="fold")  # a narrow terminal wraps names, never cuts them
-    for ev in plan.events:
-        table.add_row(ev.stage, ev.kind, _fmt(ev.epsilon), _fmt(ev.delta),
-                      f"{_fmt(ev.sensitivity)} ({ev.norm})", _fmt(ev.noise_scale))
-    console.print(table)
-    print_accuracy(result, console)
-    for key, val in plan.details.items():
-        if not isinstance(val, dict | list):
-            console.print(f"  {key}: {_fmt(val)}", markup=False)
-    prep = plan.assumptions.get("preprocessing")
-    if isinstance(prep, dict):
-        print_preprocessing(prep, console)
-    state = result.ledger_state
-    if state is not None:
-        console.print(
-            f"ledger '{state.dataset}': spent ε={_fmt(state.spent.epsilon)} δ={_fmt(state.spent.delta)}"
-            f" → after this run ε={_fmt(state.after.epsilon)} δ={_fmt(state.after.delta)}"
-            f" (cap ε={_fmt(state.cap.epsilon)} δ={_fmt(state.cap.delta)};"
-            f" {state.accountant.name} composition)",
-            markup=False,
-        )
-    else:
-        console.print("ledger: none (the run is receipted but not capped)")
-
-
-def print_accuracy(result: RunResult, console: Console) -> None:
-    """The predicted half-widths (DESIGN principle 9) and a ``--target-halfwidth`` report."""
-    acc = result.plan.accuracy
-    if acc:
-        levels = sorted({f"{(1 - a.alpha) * 100:g}%" for a in acc})
-        console.print(f"predicted accuracy ({', '.join(levels)} intervals from public inputs; "
-                      "noise = the privacy noise alone, bound = a guaranteed upper bound; "
-                      "* = headline):")
-        table = Table(show_header=True, header_style="bold")
-        for col in ("quantity", "± half-width", "units", "kind", "law"):
-            table.add_column(col, overflow="fold")
-        for a in acc:
-            table.add_row(*(escape(c) for c in (
-                a.quantity + (" *" if a.headline else ""), _fmt(a.halfwidth), a.units,
-                a.kind + (" (bound)" if a.bound else ""), a.law)))
-        console.print(table)
-    if result.target is not None:
-        for line in result.target.lines():
-            console.print(line, markup=False)
-
-
-def summary_lines(summary: dict[str, Any]) -> list[str]:
-    """The human summary: scalars as they are, released numbers with their interval (the
-    convention of :mod:`dpcausal.intervals`), one level deep; other lists and objects are left
-    to ``--json``."""
-    from dpcausal.intervals import summary_interval
-
-    def is_record(v: Any) -> bool:
-        return isinstance(v, dict) and "estimate" in v
-
-    lines = []
-    for key, val in summary.items():
-        if is_record(val):
-            lines.append(f"  {key}: {summary_interval(val)}")
-        elif isinstance(val, dict) and val and all(is_record(v) for v in val.values()):
-            lines.append(f"  {key}:")
-            lines += [f"    {k}: {summary_interval(v)}" for k, v in val.items()]
-        elif not isinstance(val, dict | list):
-            lines.append(f"  {key}: {_fmt(val)}")
-    return lines
-
-
-def print_preprocessing(doc: dict[str, Any], console: Console) -> None:
-    """The declared preprocessing: each model column, its public bound and its rule."""
-    cols = doc["model_columns"]
-    console.print(f"preprocessing (declared, row by row): {len(doc['covariates'])} covariate(s) "
-                  f"→ {len(cols)} model column(s)", markup=False)
-    for m in cols:
-        bound = f"[{_fmt(m['bounds'][0])}, {_fmt(m['bounds'][1])}]" if m["bounds"] else "no bound"
-        console.print(f"  {m['name']} in {bound}: {m['rule']}", markup=False)
-
-
-def emit(result: RunResult, *, as_json: bool, quiet: bool) -> None:
+def emit(result: Plan | Release, *, as_json: bool, quiet: bool) -> None:
     """Print the outcome: one JSON object with --json, else a short human summary."""
+    from dpcausal.api import Plan
+    from dpcausal.api.render import print_plan, summary_lines
+
+    plan = result if isinstance(result, Plan) else result.plan
     if as_json:
-        if result.dry_run:
-            obj: dict[str, Any] = result.plan_dict()
+        if isinstance(result, Plan):
+            obj: dict[str, Any] = result.to_dict()
             if result.refusal is not None:  # the plan, then the refusal, in one object
                 fail(result.refusal, as_json=True, report=obj)
         else:
-            assert result.receipt is not None
-            obj = {**result.receipt, "output_paths": [str(p) for p in result.output_paths],
-                   "summary": result.summary}
+            obj = result.to_dict()
         write_json(obj)
         return
     if not quiet:
-        print_plan(result, stdout_console())
-    if result.refusal is not None:
-        fail(result.refusal, as_json=False)
+        print_plan(plan, stdout_console())
+    if plan.refusal is not None:
+        fail(plan.refusal, as_json=False)
     if quiet:
         return
     console = stdout_console()
-    if result.dry_run:
+    if isinstance(result, Plan):
         console.print("dry run: no data row was read, nothing was spent or written.")
         return
-    for line in summary_lines(result.summary):
+    for line in summary_lines(dict(result.summary)):
         console.print(line, markup=False)
-    console.print("wrote: " + ", ".join(str(p) for p in result.output_paths), markup=False)
+    console.print("wrote: " + ", ".join(str(p) for p in result.paths), markup=False)
 
 
 def run_release_command(
@@ -249,27 +153,30 @@ def run_release_command(
     epsilon: float | None = None,
     target_halfwidth: float | None = None,
 ) -> None:
-    """Load the spec, apply overrides, execute, print. Exit codes per DESIGN §3."""
+    """Load the spec, then :func:`dpcausal.plan` (``--dry-run``) or :func:`dpcausal.release`
+    with the options as its arguments, and print. Exit codes per DESIGN §3."""
 
     def body() -> None:
-        from dpcausal.pipeline import execute  # imported here: `dpcausal --help` stays fast
-        from dpcausal.spec.load import load_spec
+        from dpcausal import api  # imported here: `dpcausal --help` stays fast
 
-        method = command.method()
-        spec, sha = load_spec(spec_path, method.spec_model)
+        spec = api.load_spec(spec_path, command.name)
         if target_halfwidth is not None and not dry_run:
             raise SpecError("--target-halfwidth plans a run: use it with --dry-run",
                             field="--target-halfwidth")
-        spec = spec.with_overrides(data=data, out=out, ledger=ledger, epsilon=epsilon)
-        if engine is not None or engine_address is not None:
-            spec = spec.with_overrides(engine=engine, engine_address=engine_address)
+        options: dict[str, Any] = {"ledger": ledger, "seed": seed, "epsilon": epsilon,
+                                   "engine": engine, "engine_address": engine_address}
         if test_noise_seed is not None:
             stderr_console().print(
                 "warning: --test-noise-seed makes the noise reproducible; this run has NO "
                 "differential privacy guarantee and its receipt says so", markup=False)
+        result: Plan | Release
         with status(f"dpcausal {command.name}: running", quiet or as_json):
-            result = execute(method, spec, sha, seed=seed, dry_run=dry_run,
-                             test_noise_seed=test_noise_seed, target_halfwidth=target_halfwidth)
+            if dry_run:
+                result = api.plan(spec, data, target_halfwidth=target_halfwidth, **options)
+            else:  # the CLI always publishes: into --out, else the spec's output.dir
+                result = api.release(spec, data, out=out if out is not None else
+                                     spec.output.dir, test_noise_seed=test_noise_seed,
+                                     **options)
         emit(result, as_json=as_json, quiet=quiet)
 
     guarded(body, as_json=as_json)

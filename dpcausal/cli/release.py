@@ -99,5 +99,5 @@ def _apply(command: Command, rule_path: Path, spec_path: Path | None, data: Path
         rows, out_dir, training = defaults(spec)
         data = data or rows
         out = out or out_dir
-    apply_saved_rule(command.name, rule.apply_rule, rule_path=rule_path, data=data, out=out,
-                     training=training, as_json=as_json, quiet=quiet)
+    apply_saved_rule(command.name, rule_path=rule_path, data=data, out=out, training=training,
+                     as_json=as_json, quiet=quiet)

@@ -20,6 +20,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from dpcausal.errors import DataError
+from dpcausal.io import memory
 from dpcausal.io.magic import check_csv_bytes
 
 TableFormat = Literal["csv", "parquet"]
@@ -140,7 +141,15 @@ def parquet_files(path: Path, what: str = "data file") -> list[Path]:
 
 
 def inspect_table(path: Path | None, what: str = "data file") -> TableInfo:
-    """Return the schema and row count of ``path`` without reading values into any computation."""
+    """Return the schema and row count of ``path`` without reading values into any computation.
+
+    ``path`` may be the label of an in-memory table (:mod:`dpcausal.io.memory`): its columns and
+    row count, without any file stamp."""
+    mem = memory.lookup(path)
+    if mem is not None:
+        if mem.n_rows == 0:
+            raise DataError(f"{mem.label}: the {what} has no rows", file=mem.label)
+        return TableInfo(mem.label, "csv", mem.columns, mem.n_rows)
     p = _require_file(path, what)
     fmt = "parquet" if p.is_dir() else table_format(p)
     try:
@@ -272,6 +281,9 @@ def read_table(path: Path | None, columns: list[str], what: str = "data file") -
     info = inspect_table(path, what)
     check_columns(info, columns)
     cols = list(dict.fromkeys(columns))
+    mem = memory.lookup(path)
+    if mem is not None:
+        return mem.read(cols)
     try:
         if info.path.is_dir():
             table = pa.concat_tables(

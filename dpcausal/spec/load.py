@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -50,7 +50,7 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return "".join(parts) or "(top level)"
 
 
-def format_validation_error(path: Path, exc: ValidationError) -> str:
+def format_validation_error(path: Path | str, exc: ValidationError) -> str:
     """One line per distinct problem: ``file: dotted.field: message (got ...)``."""
     lines: list[str] = []
     for err in exc.errors():
@@ -80,12 +80,8 @@ def read_spec_bytes(path: Path) -> bytes:
         raise SpecError(f"{path}: cannot read the spec file: {exc.strerror}", file=path) from exc
 
 
-def load_spec(path: Path, model: type[M]) -> tuple[M, str]:
-    """Parse ``path`` with ``yaml.safe_load`` and validate it as ``model``.
-
-    Returns the model and the SHA-256 of the file's bytes (recorded in the receipt).
-    """
-    raw = read_spec_bytes(path)
+def parse_spec(raw: bytes, path: Path | str) -> dict[str, Any]:
+    """The spec document in ``raw`` (the bytes of ``path``): a YAML mapping of sections."""
     try:
         doc = yaml.load(raw.decode("utf-8"), Loader=SpecLoader)  # a SafeLoader subclass
     except UnicodeDecodeError as exc:
@@ -98,12 +94,36 @@ def load_spec(path: Path, model: type[M]) -> tuple[M, str]:
     if not isinstance(doc, dict):
         raise SpecError(f"{path}: the spec must be a YAML mapping of sections (data, bounds, ...)",
                         file=path)
+    return doc
+
+
+def _json_default(value: Any) -> Any:
+    """A value JSON cannot write: a NumPy scalar as its Python number (a spec built in Python),
+    anything else (a date from YAML, a Path) as text."""
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "shape", None) == ():
+        return item()
+    return str(value)
+
+
+def validate_spec(doc: dict[str, Any], model: type[M], path: Path | str) -> M:
+    """``doc`` validated as ``model``, strictly, through JSON: YAML's ``true`` is not a number,
+    ``"5"`` is not a float, ``yes`` is not a boolean; lists still become tuples (bounds) and
+    strings paths. ``path`` names the spec in the errors (a file, or the API's ``<owl spec>``)."""
     try:
-        # Strict, through JSON: YAML's `true` is not a number, "5" is not a float, `yes` is not a
-        # boolean; lists still become tuples (bounds) and strings paths.
-        spec = model.model_validate_json(json.dumps(doc, default=str), strict=True)
+        return model.model_validate_json(json.dumps(doc, default=_json_default), strict=True)
     except ValidationError as exc:
         first = exc.errors()[0]["loc"] if exc.errors() else ()
-        raise SpecError(format_validation_error(path, exc), file=path,
+        file = path if isinstance(path, Path) else None
+        raise SpecError(format_validation_error(path, exc), file=file,
                         field=_field_path(tuple(first))) from exc
+
+
+def load_spec(path: Path, model: type[M]) -> tuple[M, str]:
+    """Parse ``path`` with ``yaml.safe_load`` and validate it as ``model``.
+
+    Returns the model and the SHA-256 of the file's bytes (recorded in the receipt).
+    """
+    raw = read_spec_bytes(path)
+    spec = validate_spec(parse_spec(raw, path), model, path)
     return spec, hashlib.sha256(raw).hexdigest()

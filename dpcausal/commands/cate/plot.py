@@ -12,10 +12,7 @@ from dpcausal.commands.cate.spec import CateSpec
 
 def plot_png(table: pd.DataFrame, axes: list[str], spec: CateSpec) -> bytes:
     """Draw ``table['cate']`` against the grid axes; post-processing of the release (no cost)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend is left alone
 
     fig = Figure(figsize=(6.0, 4.2), dpi=110)
     ax = fig.add_subplot(1, 1, 1)

@@ -170,10 +170,7 @@ def rule_summary(rule: dict[str, Any], recs: pd.DataFrame | None) -> dict[str, A
 def plot_rule(rule: dict[str, Any], recs: pd.DataFrame | None, *, command: str) -> bytes:
     """A PNG of the released rule's coefficients with their noise intervals, and (with
     recommendations) the sorted margins of the scored rows with their band."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend is left alone
 
     iv = rule["intervals"]
     level = float(iv["level"])

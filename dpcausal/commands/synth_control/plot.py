@@ -25,10 +25,7 @@ def plot_png(table: pd.DataFrame, *, target: str, epsilon: float, title_note: st
     ``table`` is the released ``counterfactual`` table; nothing else is drawn. The pre-period
     shows only the public observed target (no synthetic pre-fit is released).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend is left alone
 
     x, labels = _x_values(table["time"])
     post = (table["period"] == "post").to_numpy()
