@@ -122,6 +122,32 @@ def test_api_with_a_path_and_a_ledger_is_the_cli_run(tmp_path: Path) -> None:
                    tmp_path / "api" / "receipt.json"]).exit_code == 0
 
 
+@pytest.mark.usefixtures("pinned_clock", "in_repo")
+def test_declared_preprocessing_on_a_raw_dataframe_is_the_cli_run(tmp_path: Path) -> None:
+    """Mixed-type raw rows (text levels, missing cells) read by pandas as any user would: the
+    same receipt as the CLI's on the file, and the rule applied to raw new rows in a DataFrame
+    recommends what the CLI's --apply does."""
+    doc = yaml.safe_load((REPO / "configs" / "owl_mixed.yaml").read_text())
+    doc.pop("ledger")
+    spec_path = write_yaml(tmp_path / "owl_mixed.yaml", doc)
+    res = invoke(["owl", "--spec", spec_path, "--out", tmp_path / "cli", "--test-noise-seed", "5",
+                  "--quiet"])
+    assert res.exit_code == 0, res.stderr
+    release = dpc.release(dpc.load_spec(spec_path), pd.read_csv("sample_data/mixed_trial.csv"),
+                          test_noise_seed=5)
+    assert json_bytes(release.receipt) == (tmp_path / "cli" / "receipt.json").read_bytes()
+    assert release.documents["rule.json"]["preprocessing"] == \
+        release.receipt["assumptions"]["preprocessing"]
+    new_rows = "sample_data/mixed_new_patients.csv"
+    scored = dpc.apply_rule(release, pd.read_csv(new_rows))
+    applied = invoke(["owl", "--apply", tmp_path / "cli" / "rule.json", "--data", new_rows,
+                      "--out", tmp_path / "applied", "--quiet"])
+    assert applied.exit_code == 0, applied.stderr
+    cli = pd.read_csv(tmp_path / "applied" / "recommendations.csv")
+    assert scored["recommended"].tolist() == cli["recommended"].tolist()
+    assert set(scored["recommended"]) == {"treated", "control"}
+
+
 def _cli_error(args: list[Any]) -> tuple[int, str]:
     res = invoke([*args, "--json"])
     obj = json.loads(res.stdout)
