@@ -51,10 +51,11 @@ if TYPE_CHECKING:
         release,
         schema,
         spec_sha256,
+        verify,
     )
 
 _LAZY = {"CommandName", "Plan", "Release", "apply_rule", "command_of", "load_spec", "plan",
-         "release", "schema", "build_spec", "spec_sha256"}
+         "release", "schema", "build_spec", "spec_sha256", "verify"}
 """Names :mod:`dpcausal.api` defines, imported on first use."""
 
 __all__ = [
@@ -90,6 +91,7 @@ __all__ = [
     "release",
     "schema",
     "spec_sha256",
+    "verify",
 ]
 
 

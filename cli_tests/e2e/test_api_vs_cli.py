@@ -243,3 +243,29 @@ def test_the_api_refuses_what_the_cli_refuses(case: str, tmp_path: Path,
     # the path refuses the same way, with the very message
     assert _api_error(lambda: dpc.release(spec, data, **options)) == (code, message)
     assert (ledger.read_bytes() if ledger.exists() else b"") == before  # nothing spent
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_verify_is_audit_verify(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    release = dpc.release(dpc.load_spec("configs/owl.yaml"), owl_frame_of_repo(),
+                          ledger=ledger, out=tmp_path / "owl")
+    receipt = release.paths[-1]
+    report = dpc.verify(ledger, [receipt])
+    res = invoke(["audit", "verify", "--ledger", ledger, "--receipt", receipt, "--json"])
+    assert res.exit_code == 0, res.stderr
+    assert report.ok and report.to_dict() == json.loads(res.stdout)
+    assert report.totals["owl-sample-trial"]["epsilon"] == release.plan.epsilon
+    # a receipt whose output was changed: the same problem, raised as exit code 4
+    (tmp_path / "owl" / "rule.json").write_text("{}")
+    code, message = _cli_error(["audit", "verify", "--ledger", ledger, "--receipt", receipt])
+    with pytest.raises(dpc.AuditViolation) as raised:
+        dpc.verify(ledger, [receipt])
+    assert (code, message) == (raised.value.exit_code, str(raised.value)) and code == 4
+    assert not dpc.verify(ledger, [receipt], check=False).ok
+    with pytest.raises(dpc.SpecError):
+        dpc.verify()
+
+
+def owl_frame_of_repo() -> pd.DataFrame:
+    return pacsv.read_csv("sample_data/owl_trial.csv").to_pandas()

@@ -5,10 +5,11 @@ The command line is a thin layer over it: ``dpcausal <command>`` calls :func:`re
 and write the same receipts. ``dpcausal/__init__.py`` exposes these names lazily.
 """
 
+from dpcausal.api.audit import verify
 from dpcausal.api.results import Plan, Release
 from dpcausal.api.rules import apply_rule
 from dpcausal.api.run import plan, release
 from dpcausal.api.specs import CommandName, build_spec, command_of, load_spec, schema, spec_sha256
 
 __all__ = ["CommandName", "Plan", "Release", "apply_rule", "build_spec", "command_of", "load_spec",
-           "plan", "release", "schema", "spec_sha256"]
+           "plan", "release", "schema", "spec_sha256", "verify"]

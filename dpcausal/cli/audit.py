@@ -43,19 +43,10 @@ def verify_cmd(
     """
 
     def body() -> None:
-        from dpcausal.audit.verify import verify  # here: `dpcausal --help` stays fast
+        from dpcausal.api.audit import verify, violation_of  # here: `--help` stays fast
 
-        if ledger is None and not receipt:
-            raise SpecError("give --ledger FILE|URL and/or --receipt FILE")
-        try:
-            report = verify(ledger, list(receipt or []))
-        except LedgerIntegrityError as exc:
-            raise AuditViolation(str(exc)) from exc
-        violation = None if report.ok else AuditViolation(
-            report.problems[0]
-            + (f" (and {len(report.problems) - 1} more problem(s))"
-               if len(report.problems) > 1 else "")
-        )
+        report = verify(ledger, receipt or [], check=False)
+        violation = violation_of(report)
         if as_json:
             if violation is not None:  # one object: the report and the error
                 fail(violation, as_json=True, report=report.to_dict(), allow_nan=True)
