@@ -70,11 +70,12 @@ def test_select_policy_3arm_needs_the_experimental_flag(workdir: Path) -> None:
 @pytest.mark.parametrize(("command", "config", "section"), [
     ("owl", "configs/owl_mixed.yaml", "owl"),
     ("two-stage", "configs/two_stage.yaml", "two_stage"),
+    ("cate", "configs/cate.yaml", "cate"),
 ])
 def test_binary_commands_refuse_declared_arms_before_reading(workdir: Path, command: str,
                                                              config: str, section: str) -> None:
-    """owl and two-stage have no multi-arm method: ``arms`` in the spec is refused (exit 2) with
-    the reason and the fix, before any row is read."""
+    """owl, two-stage (and cate, for now) have no multi-arm method: ``arms`` in the spec is refused
+    (exit 2) with the reason and the fix, before any row is read."""
     doc = doc_of(config)
     doc[section].pop("treated", None)
     doc[section].pop("control", None)
@@ -98,3 +99,30 @@ def test_owl_on_a_three_arm_file_is_refused_by_the_data_checks(workdir: Path) ->
     assert ("column 'arm' has 2088 value(s) that are neither the treated value 'high_dose' nor "
             "the control value 'placebo'") in res.output
     assert "owl takes two arms only" in res.output and "low_dose" not in res.output
+
+
+@pytest.mark.parametrize(("command", "config", "section", "table"), [
+    ("select-policy", "configs/select_policy.yaml", "select_policy", "select_policy_obs.csv"),
+    ("cate", "configs/cate.yaml", "cate", "cate_obs.csv"),
+    ("owl", "configs/owl.yaml", "owl", "owl_trial.csv"),
+    ("two-stage", "configs/two_stage.yaml", "two_stage", "two_stage_obs.csv"),
+])
+def test_text_treatment_labels_are_accepted_by_every_command(
+        workdir: Path, command: str, config: str, section: str, table: str) -> None:
+    """The same file with its arms written as text ('drug' / 'placebo'), declared in the spec:
+    every command releases, and names the declared labels in its released document or its
+    receipt."""
+    data = workdir / "sample_data" / table
+    frame = pd.read_csv(data)
+    frame["A"] = frame["A"].map({1: "drug", 0: "placebo"})
+    assert frame["A"].notna().all()
+    frame.to_csv(workdir / "sample_data" / "text_arms.csv", index=False)
+    doc = doc_of(config)
+    doc["data"]["path"] = "sample_data/text_arms.csv"
+    doc[section].update({"treated": "drug", "control": "placebo"})
+    doc[section].pop("apply_to", None)
+    res = invoke([command, "--spec", str(write_yaml(workdir / "s.yaml", doc)), "--out",
+                  "out/text", "--quiet"])
+    assert res.exit_code == 0, res.output
+    released = "".join(p.read_text() for p in (workdir / "out" / "text").glob("*.json"))
+    assert '"drug"' in released and '"placebo"' in released

@@ -16,8 +16,8 @@ from dpcausal.spec.model import ArmLabel, StrictModel
 MULTI_ARM_REFUSAL = (
     "{section}.arms: {command} has no method for more than two treatment arms (no published "
     "method with a proof: {why}); collapse the arms into two before the run and declare them as "
-    "{section}.treated and {section}.control, or use select-policy (select_policy.arms) or cate "
-    "(cate.arms, each arm against cate.control) for K arms"
+    "{section}.treated and {section}.control, or select among K-arm policies with select-policy "
+    "(select_policy.arms, experimental)"
 )
 """The refusal of ``arms`` by a command whose method is binary (checked on the spec, before any
 row is read)."""
