@@ -53,6 +53,7 @@ def make_spec(**section: Any) -> SelectPolicySpec:
     ({"zeta": 0.4}, "at most 1/K"),
     ({"arms": ["a", "b"]}, "at least three arms"),
     ({"arms": ["a", "b", "a"]}, "distinct"),
+    ({"arms": list(range(101)), "zeta": 0.001}, "at most 100 arms"),
     ({"treated": "high"}, "either select_policy.treated"),
     ({"control": "placebo"}, "control is not used with select_policy.arms"),
 ])

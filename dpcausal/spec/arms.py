@@ -21,6 +21,8 @@ MULTI_ARM_REFUSAL = (
 )
 """The refusal of ``arms`` by a command whose method is binary (checked on the spec, before any
 row is read)."""
+MAX_ARMS = 100
+"""The most arms a spec may declare (arm indices are stored as int8)."""
 
 
 def same_label(a: Any, b: Any) -> bool:
@@ -76,6 +78,8 @@ class MultiArms(StrictModel):
             if len(labels) < 3:
                 raise ValueError(f"{sec}.arms must list at least three arms; for two arms use "
                                  f"{sec}.treated and {sec}.control")
+            if len(labels) > MAX_ARMS:
+                raise ValueError(f"{sec}.arms may list at most {MAX_ARMS} arms")
             if any(label_index(labels, v) != i for i, v in enumerate(labels)):
                 raise ValueError(f"{sec}.arms must list distinct labels")
             if self.control is not None:
