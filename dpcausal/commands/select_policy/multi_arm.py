@@ -18,10 +18,11 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from dpcausal.commands.select_policy.certify import spillover
 from dpcausal.commands.select_policy.multi_library import MultiArmLibrary
 from dpcausal.commands.select_policy.spec import SelectPolicySection
 from dpcausal.errors import DataError, SpecError
-from dpcausal.learners import CertifiedRidge, SpilloverCertificate, certify_spillover
+from dpcausal.learners import CertifiedRidge, SpilloverCertificate
 from dpcausal.learners.features import UnitBoxFeatures
 from dpcausal.learners.multinomial import CertifiedMultinomial, MultinomialFit
 from dpcausal.learners.ridge import RidgeFit
@@ -78,16 +79,7 @@ def certificate(sec: SelectPolicySection, *, d: int, m: int, n: int,
     k = len(sec.labels())
     ridge = CertifiedRidge(sec.lambda_mu, y_bounds, mu_bounds, sec.solver_tol)
     mult = CertifiedMultinomial(sec.lambda_e, sec.zeta, k, sec.solver_tol)
-    for name, problem in (("lambda_mu", ridge.problem(d)), ("lambda_e", mult.problem(m, d))):
-        if problem is not None:  # public settings only: refused before any row is read
-            raise SpecError(f"select_policy.{name}: {problem}; raise it")
-    if sec.certificate == "erm":
-        beta_mu, beta_e = ridge.beta(m, d), mult.beta(m, d)
-    else:
-        beta_mu, beta_e = mu_bounds[1] - mu_bounds[0], 1.0 - k * sec.zeta
-    cert = certify_spillover(d=d, m=m, n=n, zeta=sec.zeta, y_bounds=y_bounds,
-                             mu_bounds=mu_bounds, beta_mu=beta_mu, beta_e=beta_e,
-                             certificate_type=sec.certificate)
+    cert = spillover(sec, ridge, mult, d=d, m=m, n=n, trivial_beta_e=1.0 - k * sec.zeta)
     acc = mult.accuracy(m, d)
     learners = {
         "outcome": {"name": f"certified ridge per arm, {k} arms (centred outcome, penalised "

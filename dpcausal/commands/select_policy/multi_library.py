@@ -28,8 +28,8 @@ from dpcausal.commands.select_policy.library import (
     _norm_policy,
     build_library,
     library_hash,
+    normalised_policies,
 )
-from dpcausal.errors import SpecError
 from dpcausal.spec.arms import label_index
 from dpcausal.spec.model import ArmLabel
 
@@ -173,20 +173,5 @@ class MultiArmLibrary:
 def build_multi_library(doc: Any, covariates: list[str], arms: tuple[ArmLabel, ...], *,
                         where: str, source: dict[str, Any]) -> MultiArmLibrary:
     """Validate a K-arm library document (``{policies: [...]}`` or a bare list) and hash it."""
-    raw = doc.get("policies") if isinstance(doc, dict) else doc
-    if isinstance(doc, dict):
-        extra = set(doc) - {"policies", "name", "description"}
-        if extra:
-            raise SpecError(f"{where}: unknown top-level field(s) {sorted(extra)}; a library is "
-                            "{policies: [...]} (optionally with name and description)")
-    if not isinstance(raw, list) or not raw:
-        raise SpecError(f"{where}: the library must hold a non-empty 'policies' list")
-    try:
-        pols = [_norm_multi(i, p, covariates, arms) for i, p in enumerate(raw)]
-    except ValueError as exc:
-        raise SpecError(f"{where}: {exc}") from exc
-    names = [p["name"] for p in pols]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise SpecError(f"{where}: policy names must be unique; repeated: {', '.join(dup[:5])}")
+    pols = normalised_policies(doc, where, lambda i, p: _norm_multi(i, p, covariates, arms))
     return MultiArmLibrary(tuple(pols), tuple(covariates), arms, library_hash(pols), source)

@@ -14,6 +14,7 @@ import pandas as pd
 from dpcausal.commands.common import row_split
 from dpcausal.commands.common.arms import treated_mask
 from dpcausal.commands.select_policy import multi_arm
+from dpcausal.commands.select_policy.certify import spillover
 from dpcausal.commands.select_policy.library import PolicyLibrary, build_library, paper160
 from dpcausal.commands.select_policy.multi_library import MultiArmLibrary, build_multi_library
 from dpcausal.commands.select_policy.spec import LibraryFile, SelectPolicySection, SelectPolicySpec
@@ -24,7 +25,6 @@ from dpcausal.learners import (
     CertifiedRidge,
     SpilloverCertificate,
     UnitBoxFeatures,
-    certify_spillover,
 )
 from dpcausal.learners.certificate import score_bounds
 from dpcausal.method import SideInput
@@ -183,16 +183,7 @@ def build_setup(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any]) -> Se
         return Setup(library, "learned", n_rows, m, n, cert.delta_cert, cert, inputs, learners)
     ridge = CertifiedRidge(sec.lambda_mu, y_bounds, mu_bounds, sec.solver_tol)
     logistic = CertifiedLogistic(sec.lambda_e, sec.zeta, sec.solver_tol)
-    for field, problem in (("lambda_mu", ridge.problem(d)), ("lambda_e", logistic.problem(m, d))):
-        if problem is not None:  # public settings only: refused before any row is read
-            raise SpecError(f"select_policy.{field}: {problem}; raise it")
-    if sec.certificate == "erm":
-        beta_mu, beta_e = ridge.beta(m, d), logistic.beta(m, d)
-    else:
-        beta_mu, beta_e = mu_bounds[1] - mu_bounds[0], 1.0 - 2.0 * sec.zeta
-    cert = certify_spillover(d=d, m=m, n=n, zeta=sec.zeta, y_bounds=y_bounds,
-                             mu_bounds=mu_bounds, beta_mu=beta_mu, beta_e=beta_e,
-                             certificate_type=sec.certificate)
+    cert = spillover(sec, ridge, logistic, d=d, m=m, n=n, trivial_beta_e=1.0 - 2.0 * sec.zeta)
     learners = {
         "outcome": {"name": "certified ridge per arm (centred outcome, penalised intercept)",
                     "lambda": sec.lambda_mu, **ridge.constants(d)},
