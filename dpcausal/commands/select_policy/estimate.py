@@ -56,7 +56,7 @@ def compute_utilities(spec: SelectPolicySpec, setup: Setup, frame: pd.DataFrame,
     if isinstance(setup.library, MultiArmLibrary):  # K ≥ 3 arms (regime learned)
         codes = multi_arm.arm_codes(frame[inputs.treatment], sec, path=path,
                                     column=inputs.treatment)
-        tr, sc = split_indices(spec, setup.n_total, setup.m)
+        tr, sc = split_indices(spec, setup.n_total, setup.m, frame)
         return multi_arm.compute_utilities(sec, setup.library, inputs.fmap, inputs.y_bounds,
                                            inputs.mu_bounds, x, codes, y, tr, sc)
     treated = treated_indicator(spec, inputs, frame)
