@@ -255,7 +255,9 @@ def test_every_bad_cell_of_every_column_in_one_error_without_values() -> None:
         "row itself, applied to every row)",
         "  - column 'arm' has 2 value(s) that are neither the treated value 'drug' nor the "
         "control value 'placebo' (first at data row 7); recode the column, or set "
-        "owl.treated/control to the labels the file uses",
+        "owl.treated/control to the labels the file uses; owl takes two arms only (the "
+        "paper has no multi-arm method, spec owl §4.3): collapse any other arm into these "
+        "two, by a rule applied to every row",
     ]
 
 

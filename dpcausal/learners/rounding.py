@@ -229,6 +229,12 @@ class LogisticAccuracy:
         return (self.stop_tol + self.grad_allowance) / self.lam
 
     @property
+    def decrement_scale(self) -> float:
+        """M/2 for the self-concordance constant M = R/√λ of F: the damped Newton step is
+        θ − H⁻¹g/(1 + (M/2)‖g‖_{H⁻¹})."""
+        return self.radius / (2.0 * math.sqrt(self.lam))
+
+    @property
     def max_steps(self) -> int:
         """The damped Newton fallback's public step budget."""
         return math.ceil(self.radius**2 / (4.0 * self.lam) * math.log(2.0) / _OMEGA_QUARTER) + 10
@@ -269,7 +275,7 @@ def damped_newton(grad_hess: GradHessSums, acc: LogisticAccuracy) -> FloatArray:
     """
     theta = np.zeros(acc.p)
     eye = np.eye(acc.p)
-    scale = acc.radius / (2.0 * math.sqrt(acc.lam))
+    scale = acc.decrement_scale
     for _ in range(acc.max_steps + 1):
         g_sum, h_sum = grad_hess(theta)
         grad = g_sum / acc.m + acc.lam * theta

@@ -17,9 +17,17 @@ def declared_arms(spec: Any) -> tuple[str, tuple[Any, ...]] | None:
     first), or None when it declares none (e.g. synth-control)."""
     for name in type(spec).model_fields:
         section: Any = getattr(spec, name, None)
-        if hasattr(section, "treated") and hasattr(section, "control_label"):
-            return name, (section.treated, section.control_label())
+        if hasattr(section, "treated") and hasattr(section, "labels"):
+            return name, tuple(section.labels())
     return None
+
+
+def _binary_hint(section: Any) -> str:
+    """The fix added for a command whose method takes two arms only (none for K-arm ones)."""
+    if not hasattr(section, "multi_arm_why"):
+        return ""
+    return (f"; {section.command} takes two arms only ({section.multi_arm_why}): collapse any "
+            "other arm into these two, by a rule applied to every row")
 
 
 def for_spec(spec: Any) -> Preprocessor:
@@ -46,7 +54,8 @@ def for_spec(spec: Any) -> Preprocessor:
     cols = spec.data.columns
     # the outcome and treatment of a command with declared arms (synth-control's panel has its
     # own checks, naming the unit and the period)
-    roles = Roles(cols.outcome, cols.treatment, arms[1], arms[0]) if arms else Roles()
+    roles = Roles(cols.outcome, cols.treatment, arms[1], arms[0],
+                  _binary_hint(getattr(spec, arms[0]))) if arms else Roles()
     interactions = tuple(tuple(t) for t in sec.interactions) if sec is not None else ()
     return Preprocessor(sources, interactions, roles, active=sec is not None)
 

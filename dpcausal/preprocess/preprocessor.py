@@ -56,6 +56,8 @@ class Roles:
     treatment: str | None = None
     arms: tuple[Any, ...] | None = None
     section: str = ""
+    arms_hint: str = ""
+    """Appended to the fix of a treatment outside the declared arms (a binary-only command)."""
 
 
 @dataclass(frozen=True)
@@ -172,10 +174,11 @@ class Preprocessor:
             labels = " nor ".join(f"the {w} value {v!r}" for w, v in
                                   zip(("treated", "control"), r.arms, strict=False)) \
                 if len(r.arms) == 2 else f"one of the arms {list(r.arms)!r}"
+            where = f"{r.section}.treated/control" if len(r.arms) == 2 else f"{r.section}.arms"
             found.add(r.treatment, f"value(s) that are neither {labels}"
                       if len(r.arms) == 2 else f"value(s) that are not {labels}",
-                      f"recode the column, or set {r.section}.treated/control to the labels "
-                      "the file uses", ~hit, start)
+                      f"recode the column, or set {where} to the labels the file uses"
+                      f"{r.arms_hint}", ~hit, start)
         return found
 
     def _level_problems(self, found: cells.Problems, src: Source, col: pd.Series,

@@ -10,6 +10,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from dpcausal.accounting.ledger_url import is_database_url, url_problem
 from dpcausal.errors import SpecError
+from dpcausal.spec.arms import refuse_arms
 from dpcausal.spec.model import ArmLabel, StrictModel
 from dpcausal.spec.preprocess import PreprocessSpec
 
@@ -106,12 +107,21 @@ class BinaryArms(StrictModel):
     """
 
     section: ClassVar[str] = "section"
+    command: ClassVar[str] = "this command"
+    multi_arm_why: ClassVar[str] = "its method is defined for two arms"
+    """Why the command refuses K ≥ 3 ``arms`` (its spec's words), for the refusal message."""
     treated: ArmLabel
     """The treatment column's value that means 'treated' (arm +1), written as it appears in the
     data (a number, true/false or a text label); public."""
     control: ArmLabel | None = None
     """The other arm's value; defaults to 0 when treated is 1 (false when treated is true), and
     is required otherwise. A row whose treatment is neither label is refused, never dropped."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _binary_only(cls, data: Any) -> Any:
+        refuse_arms(cls.section, cls.command, cls.multi_arm_why, data)
+        return data
 
     @model_validator(mode="after")
     def _arms(self) -> BinaryArms:
@@ -129,6 +139,10 @@ class BinaryArms(StrictModel):
         if isinstance(self.treated, bool):
             return not self.treated
         return 0
+
+    def labels(self) -> tuple[ArmLabel, ...]:
+        """Both declared arms: (treated, control)."""
+        return self.treated, self.control_label()
 
 
 def _finite_positive(v: float) -> float:

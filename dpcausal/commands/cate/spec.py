@@ -59,6 +59,9 @@ class CateSection(BinaryArms):
     """The ``cate`` section. Every value here is public: never tuned on the sensitive data."""
 
     section: ClassVar[str] = "cate"
+    command: ClassVar[str] = "cate"
+    multi_arm_why: ClassVar[str] = ("the paper's learners take a binary A, spec cate §1; each arm "
+                                    "against a declared control is not implemented yet")
     treated: ArmLabel = 1
     """The treatment column's value that means 'treated' (A = 1), as it appears in the data (a
     number, true/false or a text label); default 1. τ(x) = E[Y(treated) − Y(control) | x]."""

@@ -10,10 +10,11 @@ import pandas as pd
 
 from dpcausal.errors import DataError
 from dpcausal.preprocess.cells import label_matches
+from dpcausal.spec.arms import MultiArms
 from dpcausal.spec.base import BinaryArms
 
 
-def treated_mask(col: pd.Series, arms: BinaryArms, *, path: Path | str | None, column: str,
+def treated_mask(col: pd.Series, arms: BinaryArms | MultiArms, *, path: Path | str | None, column: str,
                  command: str) -> npt.NDArray[np.bool_]:
     """True for the treated arm, False for control; refuses rows holding neither label.
 

@@ -62,6 +62,8 @@ class OwlSection(BinaryArms):
     """The ``owl`` section."""
 
     section: ClassVar[str] = "owl"
+    command: ClassVar[str] = "owl"
+    multi_arm_why: ClassVar[str] = "the paper has no multi-arm method, spec owl §4.3"
     propensity: Annotated[float, Field(gt=0.0, lt=1.0)] | PropensityColumn
     """P(treated) fixed by the design: one number in (0, 1) for every row, or {column: NAME,
     floor: π_min} for per-row design probabilities. Never estimated on the sensitive data.

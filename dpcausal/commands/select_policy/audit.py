@@ -93,7 +93,7 @@ def _domain(spec: SelectPolicySpec) -> RowDomain:
         return RowDomain(numeric, {})
     outcome, treatment, y_bounds = _outcome_columns(spec)
     numeric[outcome] = y_bounds
-    return RowDomain(numeric, {treatment: [sec.treated, sec.control_label()]})
+    return RowDomain(numeric, {treatment: list(sec.labels())})
 
 
 def audit_spec(spec: SelectPolicySpec) -> SelectPolicySpec:
@@ -144,8 +144,8 @@ def anchor_pair(spec: SelectPolicySpec, frame: pd.DataFrame, rng: np.random.Gene
     upper = rng.uniform(size=len(names)) < 0.5
     corner = np.where(upper, hi, lo)
     inward = np.where(upper, -1.0, 1.0)
-    arm, other = ((sec.treated, sec.control_label()) if anchor_treated
-                  else (sec.control_label(), sec.treated))
+    first, second = sec.labels()[:2]  # treated and control (K arms: the first two)
+    arm, other = (first, second) if anchor_treated else (second, first)
     base = frame.copy()
     pos = base.index[sc]
     near = corner + inward * rng.uniform(0.0, NEIGHBOURHOOD, (len(sc), len(names))) * (hi - lo)

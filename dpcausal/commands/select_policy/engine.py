@@ -27,6 +27,7 @@ import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.select_policy.estimate import release_selection
+from dpcausal.commands.select_policy.library import PolicyLibrary
 from dpcausal.commands.select_policy.scores import (
     Nuisance,
     frozen_nuisance,
@@ -109,6 +110,7 @@ def utility_sums(part: Any, start: int, *, setup: Setup, nuis: Nuisance | None,
         x, a, b = x[~flags], a[~flags], b[~flags]
     if x.shape[0] == 0:
         return np.zeros(setup.library.size)
+    assert isinstance(setup.library, PolicyLibrary)  # K arms are refused on engines (the plan)
     if nuis is None:
         return utilities_from_gammas(setup.library, x, a, b, chunk_rows=chunk_rows)
     return learned_utilities(setup.library, nuis, x, a, b, chunk_rows=chunk_rows)

@@ -9,6 +9,9 @@ import numpy.typing as npt
 import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.commands.select_policy import multi_arm
+from dpcausal.commands.select_policy.library import PolicyLibrary
+from dpcausal.commands.select_policy.multi_library import MultiArmLibrary
 from dpcausal.commands.select_policy.privacy import choice_mechanism, value_mechanism
 from dpcausal.commands.select_policy.release import selection_document
 from dpcausal.commands.select_policy.scores import (
@@ -47,8 +50,15 @@ def compute_utilities(spec: SelectPolicySpec, setup: Setup, frame: pd.DataFrame,
     inputs = setup.inputs
     if isinstance(inputs, ScoreInputs):
         q0, q1 = inputs.scores(frame, path)
+        assert isinstance(setup.library, PolicyLibrary)  # K arms run in regime learned only
         return utilities_from_gammas(setup.library, x, q0, q1, chunk_rows=sec.chunk_rows)
     y = inputs.outcome_values(frame, path)
+    if isinstance(setup.library, MultiArmLibrary):  # K ≥ 3 arms (regime learned)
+        codes = multi_arm.arm_codes(frame[inputs.treatment], sec, path=path,
+                                    column=inputs.treatment)
+        tr, sc = split_indices(spec, setup.n_total, setup.m, frame)
+        return multi_arm.compute_utilities(sec, setup.library, inputs.fmap, inputs.y_bounds,
+                                           inputs.mu_bounds, x, codes, y, tr, sc)
     treated = treated_indicator(spec, inputs, frame)
     if setup.regime == "frozen":
         nuis = frozen_nuisance(side["frozen_model"], inputs.fmap, mu_bounds=inputs.mu_bounds,

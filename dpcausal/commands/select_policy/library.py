@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -251,6 +252,14 @@ def library_hash(policies: list[dict[str, Any]]) -> str:
 def build_library(doc: Any, covariates: list[str], *, where: str,
                   source: dict[str, Any]) -> PolicyLibrary:
     """Validate a library document (``{policies: [...]}`` or a bare list) and hash it."""
+    pols = normalised_policies(doc, where, lambda i, p: _norm_policy(i, p, covariates))
+    return PolicyLibrary(tuple(pols), tuple(covariates), library_hash(pols), source)
+
+
+def normalised_policies(doc: Any, where: str, norm: Callable[[int, Any], dict[str, Any]]
+                        ) -> list[dict[str, Any]]:
+    """The policies of a library document, each normalised by ``norm(index, raw)`` (which raises
+    ValueError for a bad one); refuses a malformed document or repeated names (SpecError)."""
     raw = doc.get("policies") if isinstance(doc, dict) else doc
     if isinstance(doc, dict):
         extra = set(doc) - {"policies", "name", "description"}
@@ -260,11 +269,11 @@ def build_library(doc: Any, covariates: list[str], *, where: str,
     if not isinstance(raw, list) or not raw:
         raise SpecError(f"{where}: the library must hold a non-empty 'policies' list")
     try:
-        pols = [_norm_policy(i, p, covariates) for i, p in enumerate(raw)]
+        pols = [norm(i, p) for i, p in enumerate(raw)]
     except ValueError as exc:
         raise SpecError(f"{where}: {exc}") from exc
     names = [p["name"] for p in pols]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise SpecError(f"{where}: policy names must be unique; repeated: {', '.join(dup[:5])}")
-    return PolicyLibrary(tuple(pols), tuple(covariates), library_hash(pols), source)
+    return pols

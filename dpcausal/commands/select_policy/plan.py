@@ -13,15 +13,24 @@ import numpy as np
 from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.common import row_split
+from dpcausal.commands.select_policy import multi_arm
 from dpcausal.commands.select_policy.privacy import choice_mechanism, neighbouring, value_mechanism
 from dpcausal.commands.select_policy.scores import frozen_nuisance
 from dpcausal.commands.select_policy.setup import NuisanceInputs, ScoreInputs, build_setup
-from dpcausal.commands.select_policy.spec import SelectPolicySpec
+from dpcausal.commands.select_policy.spec import SelectPolicySection, SelectPolicySpec
 from dpcausal.errors import SpecError
 
 
 def _with_params(event: PrivacyEvent, extra: dict[str, Any]) -> PrivacyEvent:
     return PrivacyEvent(**{**event.to_dict(), "params": {**event.params, **extra}})
+
+
+def actions(sec: SelectPolicySection) -> dict[str, Any]:
+    """The declared arms, as the receipt and the released document name them."""
+    if sec.arms is None:
+        return {"treated": sec.treated, "control": sec.control_label()}
+    return {"arms": list(sec.labels()), "K": len(sec.labels()),
+            "experimental_multi_arm": True, "status": multi_arm.STATUS}
 
 
 def plan(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any], *,
@@ -41,7 +50,7 @@ def plan(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any], *,
     cert = setup.certificate.to_dict() if setup.certificate else None
     common = {"regime": setup.regime, "utility": "sum_DR_AIPW_over_scoring_block"
               if setup.regime != "fixed" else "sum_fixed_scores", "N": n_rows, "m": setup.m,
-              "n": setup.n, "M": setup.library.size, "K": 2}
+              "n": setup.n, "M": setup.library.size, "K": len(sec.labels())}
     events = [_with_params(choice_mechanism(setup, eps).event(),
                            {**common, "certificate": cert,
                             "library_sha256": setup.library.sha256})]
@@ -67,8 +76,7 @@ def plan(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any], *,
     assumptions: dict[str, Any] = {"library": {"sha256": setup.library.sha256,
                                                "size": setup.library.size,
                                                **setup.library.source},
-                                   "actions": {"treated": sec.treated,
-                                               "control": sec.control_label()}}
+                                   "actions": actions(sec)}
     if isinstance(inputs, ScoreInputs):
         assumptions["fixed_scores"] = {"treated": inputs.treated, "control": inputs.control,
                                        "bound": inputs.bound}

@@ -20,8 +20,10 @@ def selection_document(spec: SelectPolicySpec, setup: Setup, k: int, plan: Priva
         "format_version": SELECTION_FORMAT_VERSION,
         "command": "select-policy",
         "selected": {"index": k, **setup.library.policies[k]},
-        "actions": {"treated": sec.treated, "control": sec.control_label(),
-                    "policy_output": "true/1 = treated, false/0 = control"},
+        "actions": ({"treated": sec.treated, "control": sec.control_label(),
+                     "policy_output": "true/1 = treated, false/0 = control"} if sec.arms is None
+                    else {"arms": list(sec.labels()), "experimental_multi_arm": True,
+                          "policy_output": "the label of the recommended arm"}),
         "library": {"sha256": setup.library.sha256, "size": setup.library.size,
                     **setup.library.source},
         "regime": setup.regime,

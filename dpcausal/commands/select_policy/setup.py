@@ -13,7 +13,10 @@ import pandas as pd
 
 from dpcausal.commands.common import row_split
 from dpcausal.commands.common.arms import treated_mask
+from dpcausal.commands.select_policy import multi_arm
+from dpcausal.commands.select_policy.certify import spillover
 from dpcausal.commands.select_policy.library import PolicyLibrary, build_library, paper160
+from dpcausal.commands.select_policy.multi_library import MultiArmLibrary, build_multi_library
 from dpcausal.commands.select_policy.spec import LibraryFile, SelectPolicySection, SelectPolicySpec
 from dpcausal.errors import DataError, MissingBoundsError, SpecError
 from dpcausal.frames import numeric_column
@@ -22,7 +25,6 @@ from dpcausal.learners import (
     CertifiedRidge,
     SpilloverCertificate,
     UnitBoxFeatures,
-    certify_spillover,
 )
 from dpcausal.learners.certificate import score_bounds
 from dpcausal.method import SideInput
@@ -74,7 +76,7 @@ class NuisanceInputs:
 class Setup:
     """Every public constant of one run, from the spec, the public row count and public files."""
 
-    library: PolicyLibrary
+    library: PolicyLibrary | MultiArmLibrary
     regime: str
     n_total: int
     m: int
@@ -110,10 +112,14 @@ def feature_map(spec: SelectPolicySpec) -> UnitBoxFeatures:
     return UnitBoxFeatures(tuple(names), b[:, 0], b[:, 1])
 
 
-def load_library(spec: SelectPolicySpec, side: dict[str, Any]) -> PolicyLibrary:
+def load_library(spec: SelectPolicySpec, side: dict[str, Any]
+                 ) -> PolicyLibrary | MultiArmLibrary:
     """Materialise and hash the public library (before any data row is read)."""
     lib = spec.select_policy.library
     names = _covariates(spec)
+    if spec.select_policy.arms is not None and isinstance(lib, LibraryFile):  # K arms
+        return build_multi_library(side["library"], names, spec.select_policy.labels(),
+                                   where=str(lib.path), source={"file": str(lib.path)})
     if isinstance(lib, LibraryFile):
         return build_library(side["library"], names, where=str(lib.path),
                              source={"file": str(lib.path)})
@@ -170,18 +176,14 @@ def build_setup(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any]) -> Se
             f"{spec.data.path}: {n_rows} row(s) give m = {m} nuisance rows and n = {n} scoring "
             "rows with select_policy.train_fraction; both blocks need at least one row"
         )
+    if sec.arms is not None:  # K ≥ 3 arms (experimental, spec §2.9)
+        multi_arm.check_supported(spec)
+        cert, learners = multi_arm.certificate(sec, d=d, m=m, n=n, y_bounds=y_bounds,
+                                               mu_bounds=mu_bounds)
+        return Setup(library, "learned", n_rows, m, n, cert.delta_cert, cert, inputs, learners)
     ridge = CertifiedRidge(sec.lambda_mu, y_bounds, mu_bounds, sec.solver_tol)
     logistic = CertifiedLogistic(sec.lambda_e, sec.zeta, sec.solver_tol)
-    for field, problem in (("lambda_mu", ridge.problem(d)), ("lambda_e", logistic.problem(m, d))):
-        if problem is not None:  # public settings only: refused before any row is read
-            raise SpecError(f"select_policy.{field}: {problem}; raise it")
-    if sec.certificate == "erm":
-        beta_mu, beta_e = ridge.beta(m, d), logistic.beta(m, d)
-    else:
-        beta_mu, beta_e = mu_bounds[1] - mu_bounds[0], 1.0 - 2.0 * sec.zeta
-    cert = certify_spillover(d=d, m=m, n=n, zeta=sec.zeta, y_bounds=y_bounds,
-                             mu_bounds=mu_bounds, beta_mu=beta_mu, beta_e=beta_e,
-                             certificate_type=sec.certificate)
+    cert = spillover(sec, ridge, logistic, d=d, m=m, n=n, trivial_beta_e=1.0 - 2.0 * sec.zeta)
     learners = {
         "outcome": {"name": "certified ridge per arm (centred outcome, penalised intercept)",
                     "lambda": sec.lambda_mu, **ridge.constants(d)},

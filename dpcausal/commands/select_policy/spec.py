@@ -7,7 +7,8 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from dpcausal.spec.base import BinaryArms, CommonSpec, Interval, PositiveFinite, StrictModel
+from dpcausal.spec.arms import MultiArms
+from dpcausal.spec.base import CommonSpec, Interval, PositiveFinite, StrictModel
 from dpcausal.spec.split import RowSplit
 
 ColumnName = Annotated[str, Field(min_length=1)]
@@ -56,10 +57,14 @@ class ValueRelease(StrictModel):
     charged on top of privacy.epsilon: the run's total ε is their sum."""
 
 
-class SelectPolicySection(BinaryArms):
+class SelectPolicySection(MultiArms):
     """The ``select_policy`` section."""
 
     section: ClassVar[str] = "select_policy"
+    experimental_multi_arm: bool = False
+    """Must be true to use select_policy.arms (K ≥ 3 arms): the K-arm certificate (multinomial
+    logistic propensity, spec select_policy §2.9) is derived but not yet independently
+    reviewed, and the receipt says so. Default false."""
     library: LibraryFile | LibraryGenerator
     """The public candidate policies: {path: FILE} or {generator: paper160, seed: N}. The
     exponential mechanism picks one; the regret's privacy term grows like log M."""
@@ -72,8 +77,9 @@ class SelectPolicySection(BinaryArms):
     """``erm``: the ridge/logistic certificate; ``trivial``: β_μ = μ range, β_e = 1 − 2ζ
     (always valid, near-uniform selection)."""
     zeta: Annotated[float, Field(gt=0.0, le=0.5)] = 0.1
-    """Propensity floor ζ in (0, 0.5] (default 0.1): ê is clipped to [ζ, 1 − ζ]. Δ grows like
-    ζ⁻², so halving ζ roughly quadruples the noise; a larger ζ biases the DR scores."""
+    """Propensity floor ζ in (0, 0.5] (default 0.1): ê is clipped to [ζ, 1 − ζ] (with K arms,
+    ζ ≤ 1/K and the propensities are mapped into [ζ, 1 − (K − 1)ζ]). Δ grows like ζ⁻², so
+    halving ζ roughly quadruples the noise; a larger ζ biases the DR scores."""
     mu_bounds: Interval | None = None
     """Public outcome-model range [μ_lo, μ_hi]; default bounds.outcome."""
     train_fraction: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.5
@@ -123,7 +129,30 @@ class SelectPolicySection(BinaryArms):
             raise ValueError("select_policy.fixed_scores is required with regime: fixed")
         if self.regime != "fixed" and self.fixed_scores is not None:
             raise ValueError("select_policy.fixed_scores is only used with regime: fixed")
+        if self.arms is not None:
+            self._multi_arm_ok(len(self.arms))
+        elif self.experimental_multi_arm:
+            raise ValueError("select_policy.experimental_multi_arm is only used with "
+                             "select_policy.arms (K ≥ 3 arms)")
         return self
+
+    def _multi_arm_ok(self, k: int) -> None:
+        """What K ≥ 3 arms needs: the experimental flag, regime learned, a library file, ζ ≤ 1/K."""
+        if not self.experimental_multi_arm:
+            raise ValueError(f"select_policy.arms: selection among K = {k} arms is experimental "
+                             "(its certificate, spec select_policy §2.9, is not yet independently "
+                             "reviewed); set select_policy.experimental_multi_arm: true to run "
+                             "it (the receipt records it)")
+        if self.regime != "learned":
+            raise ValueError(f"select_policy.arms: regime {self.regime} takes two arms only; "
+                             "K arms run in regime learned")
+        if not isinstance(self.library, LibraryFile):
+            raise ValueError("select_policy.arms: the paper160 generator makes two-arm policies; "
+                             "give a library file of K-arm policies ({path: FILE}, see "
+                             "configs/policies_3arm.yaml)")
+        if self.zeta > 1.0 / k:
+            raise ValueError(f"select_policy.zeta must be at most 1/K = {1.0 / k:.6g} with K = {k} "
+                             "arms (the propensities are floored at zeta)")
 
 
 class SelectPolicySpec(CommonSpec):

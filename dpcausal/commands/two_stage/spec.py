@@ -101,6 +101,9 @@ class TwoStageSection(BinaryArms):
     """The ``two_stage`` section."""
 
     section: ClassVar[str] = "two_stage"
+    command: ClassVar[str] = "two-stage"
+    multi_arm_why: ClassVar[str] = ("the paper's weights and rule are for a binary A, spec "
+                                    "two_stage §1")
     weights: WeightMethod
     """Stage-1 balancing weights (computed without noise, never released): uniform, ipw-rct,
     ipw-known (exact stability sups), ipw-logit, ebw (proven ratio bounds) or mmd (only with
