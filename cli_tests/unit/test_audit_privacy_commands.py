@@ -19,8 +19,8 @@ from cli_tests.helpers import invoke, write_yaml
 from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.audit.estimators import event_loss
 from dpcausal.commands.select_policy import audit as spa
+from dpcausal.commands.select_policy import certify as sp_certify
 from dpcausal.commands.select_policy import estimate as sp_estimate
-from dpcausal.commands.select_policy import setup as sp_setup
 from dpcausal.commands.select_policy.setup import STAGE_CHOICE, STAGE_VALUE, split_indices
 from dpcausal.commands.select_policy.spec import SelectPolicySpec
 from dpcausal.learners import CertifiedLogistic, CertifiedRidge, UnitBoxFeatures
@@ -125,13 +125,13 @@ def break_select_policy(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     monkeypatch.setattr(sp_estimate, "fit_nuisance",
                         lambda fmap, ridge, logistic, x, t, y: FlexibleNuisance(
                             kind, fmap, ridge, logistic, x, t, y))
-    real = sp_setup.certify_spillover
+    real = sp_certify.certify_spillover
 
     def naive(**kw: Any) -> Any:
         cert = real(**kw)
         return dataclasses.replace(cert, delta_cert=cert.floor_2Bpsi)
 
-    monkeypatch.setattr(sp_setup, "certify_spillover", naive)
+    monkeypatch.setattr(sp_certify, "certify_spillover", naive)
 
 
 @pytest.mark.parametrize("kind", ["1nn", "tree"])
