@@ -11,8 +11,8 @@ not gain, so "treat if young" policies beat treat-all by a little).
 ``nsw``: a randomised trial shaped like LaLonde's NSW (Dehejia–Wahba sample): n = 445,
 P(treated) = 185/445, eight covariates (age, education, black, hispanic, married, no degree,
 1974/1975 earnings), 1978 earnings in **dollars** (≈ 30 % zeros, bounded to [0, 60,000]), an
-effect of ≈ $1,800 on average that is negative for the older and the better-earning (so a rule
-matters: about 70 % should be treated).
+effect of ≈ $700 on average that is negative for the older, the better-earning and those with a
+degree (so a rule matters: treating everyone loses ≈ $500 a head against the best rule).
 
 Both draw Y(0) and Y(1) from the same random numbers, so a rule's value on a test draw is exact.
 """
@@ -104,7 +104,7 @@ def nsw(n: int, rng: np.random.Generator) -> Draw:
     re75 = np.where(rng.uniform(size=n) < 0.65, 0.0,
                     np.clip(0.5 * re74 + rng.gamma(1.2, 3000, n), 0, 40000))
     a = rng.binomial(1, NSW_PROPENSITY, n)
-    tau = 3000.0 - 250.0 * (age - 25) - 0.25 * re75 + 1500.0 * nodeg
+    tau = 1800.0 - 400.0 * (age - 25) - 0.5 * re75 + 1500.0 * (nodeg - 0.7)
     base = 4500 + 120 * (age - 25) + 300 * (educ - 10) + 0.15 * re74 + 0.25 * re75 - 800 * black
     work = rng.uniform(size=n) < 0.7
     noise = rng.gamma(1.3, 4500, n) - 5800
