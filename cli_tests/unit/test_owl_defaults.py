@@ -84,3 +84,15 @@ def test_rule_goes_to_the_unpenalised_fit_as_epsilon_grows_and_warns_of_shrinkag
     big = owl_plan.plan(make_spec(epsilon=1e9), 445, {}, rng=np.random.default_rng(0))
     assert "warning_shrinkage" not in big.details
     assert big.details["gamma_source"]["source"].startswith("total-error rule")
+
+
+def test_max_halfwidth_below_a_half_sets_the_rule_s_target() -> None:
+    """With lambda: total the margin half-width is κ = ½ by construction; a tighter
+    accuracy.max_halfwidth becomes κ (the smallest λ meeting it), so the guard passes."""
+    doc = make_spec().model_dump(by_alias=True)
+    doc["accuracy"] = {"max_halfwidth": 0.2}
+    plan = owl_plan.plan(OwlSpec.model_validate(doc), 445, {}, rng=np.random.default_rng(0))
+    assert plan.predicted().halfwidth == pytest.approx(0.2, rel=1e-9)
+    loose = {**doc, "accuracy": {"max_halfwidth": 3.0}}
+    plan = owl_plan.plan(OwlSpec.model_validate(loose), 445, {}, rng=np.random.default_rng(0))
+    assert plan.predicted().halfwidth == pytest.approx(KAPPA, rel=1e-9)

@@ -17,7 +17,9 @@ hinge's unit margin:
     λ = clip(h(1)/κ, 10⁻⁸, 10²),   κ = ½,
 
 h(λ) = h(1)/λ the plan's (1 − α) noise half-width of the margin v(x)·θ of a row with ‖v(x)‖ = 1
-(score units, exactly what the dry run prints). Every larger λ only shrinks the fit more (the
+(score units, exactly what the dry run prints). So the dry run's margin half-width is κ by
+construction; ``accuracy.max_halfwidth`` below ½ (for the margin) becomes κ: the smallest λ that
+meets the user's limit, more shrinkage for less noise. Every larger λ only shrinks the fit more (the
 noise falls like 1/λ, the shrinkage grows), every smaller one lets the noise exceed κ on rows the
 hinge fits at margin 1. As nε → ∞, λ → 0: the non-private weighted-hinge (OWL) fit. At small nε
 λ is large and the fit tends to the weighted mean-difference rule θ ∝ g = (1/n) Σ (wᵢ/W) Aᵢ± vᵢ,
@@ -92,10 +94,12 @@ RULE = ("λ = clip(h(1)/κ, 1e-8, 1e2), κ = 1/2: the smallest λ whose (1 − �
         "h(λ) = h(1)/λ (a row with ‖v‖ = 1) is at most κ")
 
 
-def choose_lambda(setup: OwlSetup, *, n: int, epsilon: float, alpha: float) -> LambdaChoice:
-    """The default rule (module docstring)."""
+def choose_lambda(setup: OwlSetup, *, n: int, epsilon: float, alpha: float,
+                  kappa: float = KAPPA) -> LambdaChoice:
+    """The default rule (module docstring); ``kappa``: the margin half-width to meet (the plan
+    passes ``accuracy.max_halfwidth`` when it is below ½ and refers to the margin)."""
     h1 = margin_halfwidth(setup, 1.0, n=n, epsilon=epsilon, alpha=alpha)  # h(λ) = h(1)/λ
-    lam = min(max(h1 / KAPPA, LAMBDA_RANGE[0]), LAMBDA_RANGE[1])
+    lam = min(max(h1 / kappa, LAMBDA_RANGE[0]), LAMBDA_RANGE[1])
     return LambdaChoice(lam, h1 / lam, shrinkage(lam))
 
 

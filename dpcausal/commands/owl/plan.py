@@ -8,7 +8,13 @@ import numpy as np
 import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
-from dpcausal.commands.owl.penalty import choose_lambda, gamma_of, shrinkage, shrinkage_warning
+from dpcausal.commands.owl.penalty import (
+    KAPPA,
+    choose_lambda,
+    gamma_of,
+    shrinkage,
+    shrinkage_warning,
+)
 from dpcausal.commands.owl.privacy import mechanism
 from dpcausal.commands.owl.rule import rule_noise
 from dpcausal.commands.owl.setup import build_setup
@@ -32,8 +38,11 @@ def plan(spec: OwlSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
         gamma = spec.owl.gamma
         gamma_source = {"source": "spec (gamma, in outcome units × rows)"}
     elif spec.owl.ridge_lambda in (None, "total"):
+        acc = spec.accuracy
+        limit = (acc.max_halfwidth if acc.max_halfwidth is not None
+                 and acc.quantity in (None, "margin") else KAPPA)
         choice = choose_lambda(setup, n=n_rows, epsilon=spec.privacy.epsilon,
-                               alpha=spec.accuracy.alpha)
+                               alpha=acc.alpha, kappa=min(KAPPA, limit))
         gamma = gamma_of(choice.lam, n_rows, setup)
         gamma_source = {"source": "total-error rule (lambda: total)", **choice.to_dict()}
     else:
