@@ -22,11 +22,11 @@ from dpcausal.mechanisms import NoiseGuard
 REPO = Path(__file__).resolve().parents[1]
 
 
-def sample_data_module(name: str) -> ModuleType:
+def sample_data_module(name: str, folder: str = "sample_data") -> ModuleType:
     """A module of sample_data/ (the seeded simulators that made the sample data; not part of the
-    package), imported from its file."""
+    package), imported from its file; ``folder="benchmarks"`` for a benchmark's simulator."""
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "sample_data" / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(name, REPO / folder / f"{name}.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # dataclasses look their module up while being built

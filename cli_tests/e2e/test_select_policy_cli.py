@@ -46,10 +46,15 @@ def test_example_config_releases_selection_and_receipt(workdir: Path) -> None:
         Path("configs/policies_example.yaml").read_text())["policies"]}
     assert sel["regime"] == "learned"
     assert len(sel["library"]["sha256"]) == 64
-    assert sel["privacy"]["sensitivity"] == pytest.approx(28.6141, abs=1e-4)
     cert = sel["privacy"]["certificate"]
-    assert round(cert["rho_star"], 7) == 0.0190761
-    assert cert["floor_2Bpsi"] == 22.0
+    assert sel["privacy"]["sensitivity"] == cert["delta_cert"] == receipt["events"][0][
+        "sensitivity"]
+    assert cert["delta_cert"] == max(cert["floor_2Bpsi"], cert["n_rho_star"])
+    # how sure the choice is (issue 16): the plan's headline, in outcome units
+    acc = sel["accuracy"]
+    assert acc["bound"] is True and acc["level"] == 0.95
+    assert acc["value_gap"] == pytest.approx(
+        2 * cert["delta_cert"] / 1.0 * np.log(9 * 0.95 / 0.05) / 1500, rel=1e-9)
     # never utilities, probabilities or nuisance fits
     text = (out / "selection.json").read_text().lower()
     for word in ("utilit", "probab", "theta\"", "rmse", "score\""):
@@ -118,7 +123,10 @@ def test_dry_run_reads_no_rows_and_prints_delta(workdir: Path) -> None:
     assert plan["dry_run"] is True
     assert plan["n_rows"] == 3000
     det = plan["details"]
-    assert det["delta_cert"] == pytest.approx(28.6141, abs=1e-4)
+    assert det["delta_cert"] == max(det["floor_2Bpsi"], det["n_rho_star"])
+    assert det["penalty_rule"]["lambda_mu"] == det["nuisance_penalties"]["lambda_mu"]
+    (gap,) = plan["accuracy"]
+    assert gap["quantity"] == "value_gap" and gap["headline"] and gap["bound"]
     assert det["regret_privacy_term"] == pytest.approx(
         2 * det["delta_cert"] * (np.log(10) + np.log(20)) / 1500, rel=1e-9)
     assert len(det["library_sha256"]) == 64
@@ -167,18 +175,25 @@ def test_fixed_regime_and_value_release_and_paper160(workdir: Path) -> None:
     sel = read_json(workdir / "out" / "select_policy" / "selection.json")
     assert sel["library"]["size"] == 160
     assert sel["library"]["generator"] == "paper160"
-    assert np.isfinite(sel["value_release"]["value"])
+    value = sel["value_release"]
+    assert np.isfinite(value["estimate"])
+    # its (1 − α) noise interval (issue 16): exact Laplace (scores have no bounds to clamp to)
+    half = value["laplace_scale"] * np.log(20)
+    assert value["interval"]["kind"] == "noise" and value["interval"]["bound"] is False
+    assert value["interval"]["lo"] == pytest.approx(value["estimate"] - half, rel=1e-9)
+    assert value["interval"]["hi"] == pytest.approx(value["estimate"] + half, rel=1e-9)
     assert "user-asserted" in receipt["neighbouring"]["protected"]
 
 
 def test_seeded_split_and_trivial_certificate(workdir: Path) -> None:
     def mutate(d: dict[str, Any]) -> None:
-        d["select_policy"].update(split={"kind": "seeded", "seed": 11}, certificate="trivial")
+        d["select_policy"].update(split={"kind": "seeded", "seed": 11}, certificate="trivial",
+                                  lambda_mu=50.0, lambda_e=50.0, effective_bounds=False)
 
     res = invoke([CMD, "--spec", write_spec(workdir / "p.yaml", mutate), "--json"])
     assert res.exit_code == 0, res.output
     receipt = json.loads(res.stdout)
-    assert receipt["events"][0]["sensitivity"] == pytest.approx(1500 * 22.0)
+    assert receipt["events"][0]["sensitivity"] == pytest.approx(1500 * 22.0)  # n·2B_ψ
     assert receipt["assumptions"]["split"]["seed"] == 11
     # a positional split states what it assumes about the row order, in the receipt
     assert "independent of the data" in receipt["assumptions"]["split"]["assumption"]

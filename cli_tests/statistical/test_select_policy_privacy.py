@@ -29,6 +29,8 @@ simulated_covariates = _sim.simulated_covariates
 
 pytestmark = pytest.mark.statistical
 NAMES = [f"x{j + 1}" for j in range(20)]
+PAPER = {"lambda_mu": 50.0, "lambda_e": 50.0, "effective_bounds": False}
+"""The paper's setting (App. G.4): fixed penalties, clips at the spec's ranges."""
 
 
 def max_log_ratio(u_d: np.ndarray, u_dp: np.ndarray, epsilon: float, delta: float) -> float:
@@ -150,15 +152,22 @@ def pool() -> tuple[np.ndarray, RareRegionDGP]:
     return x, RareRegionDGP(20, q)
 
 
-def test_adversarial_neighbours_never_exceed_delta_cert(pool: Any) -> None:
-    """Spec §9.6–9.7: replacements in either block, corners, extreme Y, both actions."""
+@pytest.mark.parametrize("lam", [5.0, 50.0])
+def test_adversarial_neighbours_never_exceed_delta_cert(pool: Any, lam: float) -> None:
+    """Spec §9.6–9.7: replacements in either block, corners, extreme Y, both actions. λ = 5: a
+    demanding certificate; λ = 50: the effective clip ranges bind Δ (ζ′ ≈ 0.32, μ̂ in
+    [0.18, 0.82]), so the tightened Δ is what the search tests."""
     x_pool, dgp = pool
     rng = np.random.default_rng(0)
     m = n = 300
     x = x_pool[rng.choice(len(x_pool), m + n, replace=False)]
     a, y = dgp.sample(x, rng)
-    spec = spec_for(m + n, lambda_mu=5.0, lambda_e=5.0)  # small λ: a demanding certificate
+    spec = spec_for(m + n, lambda_mu=lam, lambda_e=lam)
     setup = build_setup(spec, m + n, {})
+    if lam == 50.0:
+        assert setup.nuisances is not None and setup.nuisances.zeta > 0.3
+        assert setup.utility_sensitivity < build_setup(
+            spec_for(m + n, **PAPER), m + n, {}).utility_sensitivity / 3
     base = compute_utilities(spec, setup, frame_of(x, a, y), {})
     rare = np.flatnonzero(dgp.region(x_pool) > 0)
     ratios = []
@@ -190,7 +199,7 @@ def test_spillover_recipe_unstable_vs_certified(pool: Any) -> None:
     a_s[0] = 1
     lib = build_library({"policies": paper160(NAMES, 7, rare_threshold=dgp.q95)}, NAMES,
                         where="g", source={})
-    spec = spec_for(2 * m)
+    spec = spec_for(2 * m, **PAPER)
     setup = build_setup(spec, 2 * m, {})
     moves, naive_llr, cert_llr = [], [], []
     sizes = [300, 700, 1200, 2000, 3000]
@@ -209,7 +218,7 @@ def test_spillover_recipe_unstable_vs_certified(pool: Any) -> None:
             dec = lib.decisions(x_sc)
             pair_u.append(np.array([dr_score(dec[:, k], mus[0], mus[1], e1, a_sc == 1,
                                              y_sc).sum() for k in range(lib.size)]))
-            sp_n = spec_for(m + n)
+            sp_n = spec_for(m + n, **PAPER)
             set_n = build_setup(sp_n, m + n, {})
             cert_u.append(compute_utilities(
                 sp_n, set_n, frame_of(np.vstack([xs, x_sc]), np.concatenate([a_s, a_sc]),
@@ -217,7 +226,7 @@ def test_spillover_recipe_unstable_vs_certified(pool: Any) -> None:
         moves.append(float(np.max(np.abs(pair_u[0] - pair_u[1]))))
         naive_llr.append(max_log_ratio(pair_u[0], pair_u[1], 1.0, 22.0))
         cmove = float(np.max(np.abs(cert_u[0] - cert_u[1])))
-        delta_n = build_setup(spec_for(m + n), m + n, {}).utility_sensitivity
+        delta_n = build_setup(spec_for(m + n, **PAPER), m + n, {}).utility_sensitivity
         assert cmove <= delta_n
         cert_llr.append(max_log_ratio(cert_u[0], cert_u[1], 1.0, delta_n))
     assert stats.pearsonr(sizes, moves)[0] > 0.95

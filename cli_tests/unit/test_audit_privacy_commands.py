@@ -21,6 +21,7 @@ from dpcausal.audit.estimators import event_loss
 from dpcausal.commands.select_policy import audit as spa
 from dpcausal.commands.select_policy import certify as sp_certify
 from dpcausal.commands.select_policy import estimate as sp_estimate
+from dpcausal.commands.select_policy import penalty as sp_penalty
 from dpcausal.commands.select_policy.setup import STAGE_CHOICE, STAGE_VALUE, split_indices
 from dpcausal.commands.select_policy.spec import SelectPolicySpec
 from dpcausal.learners import CertifiedLogistic, CertifiedRidge, UnitBoxFeatures
@@ -125,20 +126,29 @@ def break_select_policy(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     monkeypatch.setattr(sp_estimate, "fit_nuisance",
                         lambda fmap, ridge, logistic, x, t, y: FlexibleNuisance(
                             kind, fmap, ridge, logistic, x, t, y))
-    real = sp_certify.certify_spillover
+    real = sp_penalty.certify_spillover
 
     def naive(**kw: Any) -> Any:
         cert = real(**kw)
         return dataclasses.replace(cert, delta_cert=cert.floor_2Bpsi)
 
+    # where select-policy calls it: penalty.py for two arms, certify.py for K arms
+    monkeypatch.setattr(sp_penalty, "certify_spillover", naive)
     monkeypatch.setattr(sp_certify, "certify_spillover", naive)
+
+
+def paper_select_policy(workdir: Path) -> Path:
+    """The example spec in the paper's setting: λ = 50, clips at the spec's ranges (2B_ψ = 22)."""
+    doc = yaml.safe_load((workdir / "configs" / "select_policy.yaml").read_text())
+    doc["select_policy"].update(lambda_mu=50.0, lambda_e=50.0, effective_bounds=False)
+    return write_yaml(workdir / "sp_paper.yaml", doc)
 
 
 @pytest.mark.parametrize("kind", ["1nn", "tree"])
 def test_audit_fails_naive_select_policy_with_flexible_learner(
         workdir: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     break_select_policy(monkeypatch, kind)
-    code, report, err = audit("configs/select_policy.yaml", "--rows", "400", "--pairs", "4",
+    code, report, err = audit(paper_select_policy(workdir), "--rows", "400", "--pairs", "4",
                               "--trials", "0")
     assert code == 4, err
     g = report["gray_box"]
@@ -156,7 +166,7 @@ def test_black_box_also_catches_naive_select_policy(workdir: Path,
     break_select_policy(monkeypatch, "tree")
     # default size (10,000 choices a side); D and D′ run with the audit's coupled split, so the
     # planted anchor is in the nuisance block on both sides
-    code, report, err = audit("configs/select_policy.yaml", "--rows", "400", "--pairs", "4")
+    code, report, err = audit(paper_select_policy(workdir), "--rows", "400", "--pairs", "4")
     assert code == 4, err
     assert report["black_box"]["epsilon_lower_bound"] > 1.0
 

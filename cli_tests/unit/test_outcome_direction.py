@@ -40,7 +40,7 @@ def _release(spec: SelectPolicySpec, frame: pd.DataFrame, side: dict[str, Any]
     rel = SP.run(spec, frame, plan, side, rng=np.random.default_rng(0),
                  noise=NoiseGuard(plan, test_seed=11))
     doc = rel.documents["selection.json"]
-    return doc["selected"]["name"], doc["value_release"]["value"], plan.details["delta_cert"]
+    return doc["selected"]["name"], doc["value_release"]["estimate"], plan.details["delta_cert"]
 
 
 @pytest.mark.parametrize("regime", ["learned", "frozen", "fixed"])

@@ -266,7 +266,7 @@ def test_string_arm_labels() -> None:
 
 
 def test_weights_use_public_shift_and_bound() -> None:
-    spec = make_spec(propensity=0.25)
+    spec = make_spec(propensity=0.25, eta=0.001)  # η in outcome units (explicit)
     setup = build_setup(spec)
     assert setup.weight_bound == pytest.approx((3 - -3 + 0.001) / 0.25)
     frame = pd.DataFrame({"x1": [0.5] * 3, "x2": [0.5] * 3, "x3": [0.5] * 3, "A": [1, 0, 1],
@@ -279,7 +279,7 @@ def test_weights_use_public_shift_and_bound() -> None:
 def test_scale_invariance() -> None:
     # Multiplying outcome, its bounds, η and γ by c leaves θ̂ and Δ/‖θ̂‖ unchanged.
     frame = make_frame(200, np.random.default_rng(12))
-    spec1 = make_spec(gamma=4.0)
+    spec1 = make_spec(gamma=4.0, eta=0.001)
     doc = spec1.model_dump()
     doc["bounds"]["outcome"] = (-30.0, 30.0)
     doc["owl"]["gamma"], doc["owl"]["eta"] = 40.0, 0.01

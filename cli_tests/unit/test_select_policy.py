@@ -23,6 +23,8 @@ from dpcausal.learners.certificate import score_bounds
 from dpcausal.spec.split import RowSplit
 
 NAMES = [f"x{j + 1}" for j in range(20)]
+PAPER = {"lambda_mu": 50.0, "lambda_e": 50.0, "effective_bounds": False}
+"""The paper's setting (App. G.4): fixed penalties, clips at the spec's ranges (golden numbers)."""
 
 
 def make_spec(**section: Any) -> SelectPolicySpec:
@@ -153,7 +155,7 @@ def test_chunked_utilities_equal_direct_sum(chunk: int) -> None:
 
 
 def test_plan_is_pure_in_public_inputs_and_golden() -> None:
-    spec = make_spec()
+    spec = make_spec(**PAPER)
     plans = [sp_plan.plan(spec, 3000, {}, rng=np.random.default_rng(s)) for s in (0, 1)]
     assert plans[0].details == plans[1].details
     det = plans[0].details
@@ -171,7 +173,7 @@ def test_plan_is_pure_in_public_inputs_and_golden() -> None:
 
 
 def test_value_release_is_a_second_event() -> None:
-    plan = sp_plan.plan(make_spec(value_release={"epsilon": 0.5}), 3000, {},
+    plan = sp_plan.plan(make_spec(value_release={"epsilon": 0.5}, **PAPER), 3000, {},
                    rng=np.random.default_rng(0))
     assert [e.kind for e in plan.events] == ["exponential", "laplace"]
     assert plan.events[1].sensitivity == pytest.approx(plan.details["delta_cert"] / 1500)
@@ -186,7 +188,7 @@ def test_regimes_frozen_fixed_and_trivial() -> None:
     fixed = build_setup(make_spec(regime="fixed", fixed_scores={
         "treated": "q1", "control": "q0", "bound": 3.0}), 3000, {})
     assert fixed.utility_sensitivity == 6.0
-    trivial = build_setup(make_spec(certificate="trivial"), 3000, {})
+    trivial = build_setup(make_spec(certificate="trivial", **PAPER), 3000, {})
     assert trivial.utility_sensitivity == pytest.approx(1500 * 22.0)
 
 

@@ -8,6 +8,13 @@ import numpy as np
 import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.commands.owl.penalty import (
+    KAPPA,
+    choose_lambda,
+    gamma_of,
+    shrinkage,
+    shrinkage_warning,
+)
 from dpcausal.commands.owl.privacy import mechanism
 from dpcausal.commands.owl.rule import rule_noise
 from dpcausal.commands.owl.setup import build_setup
@@ -27,10 +34,21 @@ def plan(spec: OwlSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
         tuned = tune_gamma(spec, setup, side["tune"], n=n_rows, epsilon=spec.privacy.epsilon)
         gamma = tuned["gamma"]
         gamma_source = {"source": "owl-tune (Algorithm 2 on public data)", **tuned}
-    else:
-        assert spec.owl.gamma is not None
+    elif spec.owl.gamma is not None:
         gamma = spec.owl.gamma
-        gamma_source = {"source": "spec"}
+        gamma_source = {"source": "spec (gamma, in outcome units × rows)"}
+    elif spec.owl.ridge_lambda in (None, "total"):
+        acc = spec.accuracy
+        limit = (acc.max_halfwidth if acc.max_halfwidth is not None
+                 and acc.quantity in (None, "margin") else KAPPA)
+        choice = choose_lambda(setup, n=n_rows, epsilon=spec.privacy.epsilon,
+                               alpha=acc.alpha, kappa=min(KAPPA, limit))
+        gamma = gamma_of(choice.lam, n_rows, setup)
+        gamma_source = {"source": "total-error rule (lambda: total)", **choice.to_dict()}
+    else:
+        gamma = gamma_of(float(spec.owl.ridge_lambda), n_rows, setup)
+        gamma_source = {"source": "spec (lambda, unit-free)"}
+    lam = gamma / (n_rows * setup.weight_bound)
     mech = mechanism(setup, gamma, spec.privacy.epsilon)
     event = mech.event()
     params = {**event.params, "gamma": gamma, "weight_bound_W": setup.weight_bound, "C": 0.0,
@@ -54,12 +72,14 @@ def plan(spec: OwlSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
             "covariate_bounds": setup.fmap.to_dict()["bounds"],
             "propensity": propensity,
             "propensity_source": "design (known, not estimated on the data)",
-            "eta": sec.eta,
+            "eta": setup.eta,
             "pi_min": setup.pi_min,
             "weight_bound_W": setup.weight_bound,
             "one_row_per_individual": True,
         },
-        details={"gamma": gamma, "gamma_source": gamma_source, "dim": setup.fmap.dim,
+        details={"gamma": gamma, "lambda": lam, "gamma_source": gamma_source,
+                 **({"warning_shrinkage": warn} if (warn := shrinkage_warning(lam)) else {}),
+                 "shrinkage_proxy": shrinkage(lam), "dim": setup.fmap.dim,
                  "kernel": setup.fmap.kernel, "n_rows": n_rows,
                  "expected_noise_norm": mech.expected_norm},
     )

@@ -20,6 +20,8 @@ from dpcausal.method import SideInput
 from dpcausal.solvers.erm import HuberHinge
 
 FloatArray = npt.NDArray[np.float64]
+ETA_SHARE = 1e-4
+"""The default η: this share of the outcome range U − L (unit-free)."""
 GRAD_TOL_PER_W = 1e-6
 """The solver stops at ‖∇G‖ ≤ τ = 1e-6·W (sum form); Δ then carries the slack 2τ/γ."""
 
@@ -117,7 +119,8 @@ def build_setup(spec: OwlSpec) -> OwlSetup:
         pi_min = sec.propensity.floor
     else:
         pi_min = min(sec.propensity, 1.0 - sec.propensity)
-    return OwlSetup(columns, fmap, lo, hi, sec.eta, pi_min, HuberHinge(sec.huber_h))
+    eta = ETA_SHARE * (hi - lo) if sec.eta is None else sec.eta
+    return OwlSetup(columns, fmap, lo, hi, eta, pi_min, HuberHinge(sec.huber_h))
 
 
 def data_columns(spec: OwlSpec) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from dpcausal.spec.base import BinaryArms, CommonSpec, PositiveFinite, StrictModel
 
@@ -64,17 +64,26 @@ class OwlSection(BinaryArms):
     section: ClassVar[str] = "owl"
     command: ClassVar[str] = "owl"
     multi_arm_why: ClassVar[str] = "the paper has no multi-arm method, spec owl §4.3"
+    model_config = ConfigDict(**{**BinaryArms.model_config, "populate_by_name": True})
     propensity: Annotated[float, Field(gt=0.0, lt=1.0)] | PropensityColumn
     """P(treated) fixed by the design: one number in (0, 1) for every row, or {column: NAME,
     floor: π_min} for per-row design probabilities. Never estimated on the sensitive data.
     π_min = min(p, 1 − p) for a number; the noise grows like 1/π_min."""
+    ridge_lambda: Annotated[PositiveFinite | Literal["total"] | None, Field(alias="lambda")] = None
+    """Unit-free ridge penalty λ > 0 of the averaged objective (1/n) Σ (wᵢ/W) ℓ(Aᵢθᵀv(xᵢ)) +
+    (λ/2)‖θ‖², i.e. γ = λ·n·W: the weights are divided by their public bound W, so rescaling the
+    outcome ($ ↔ k$) leaves the rule and its noise (Δ = 2/(nλ) in θ) unchanged. total (the
+    default when neither gamma nor tune is given): the public rule of
+    :mod:`dpcausal.commands.owl.penalty` picks λ from n, ε, the dimension and α. Give at most one
+    of lambda, gamma and tune."""
     gamma: PositiveFinite | None = None
-    """Ridge penalty γ > 0 of the objective Σ wᵢℓ(Aᵢθᵀv(xᵢ)) + (γ/2)‖θ‖². The sensitivity is
-    Δ = 2W/γ, so a larger γ means proportionally less noise and more shrinkage of the rule.
-    Give exactly one of gamma and tune."""
+    """The old form, in explicit units: the ridge penalty γ > 0 of the sum-form objective
+    Σ wᵢℓ(Aᵢθᵀv(xᵢ)) + (γ/2)‖θ‖², in **outcome units × rows** (the weights wᵢ = B′ᵢ/π carry the
+    outcome's units: γ = 75 on an outcome in dollars is a vanishing penalty, in thousands of
+    dollars a strong one). Δ = 2W/γ. Prefer lambda; give at most one of lambda, gamma and tune."""
     tune: TuneSpec | None = None
-    """Choose γ from a grid on a separate PUBLIC file (Algorithm 2, corrected) instead of giving
-    gamma; costs no ε. Give exactly one of gamma and tune."""
+    """Choose γ from a grid (in γ's units) on a separate PUBLIC file (Algorithm 2, corrected)
+    instead of giving lambda or gamma; costs no ε."""
     kernel: Literal["linear", "rff"] = "linear"
     """linear (default): a rule linear in the scaled covariates; rff: linear in random Fourier
     features of them (a Gaussian-kernel rule, set by owl.rff)."""
@@ -94,9 +103,10 @@ class OwlSection(BinaryArms):
     outcome_direction: Literal["higher", "lower"] = "higher"
     """higher (default): larger outcomes are better; lower: smaller are better (the outcome and
     its bounds are negated before fitting)."""
-    eta: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] = 0.001
-    """Positivity offset η ≥ 0, in outcome units (default 0.001): weights use B′ = clip(B, L, U)
-    − L + η > 0. It adds η/π_min to the weight bound W (hence to the noise)."""
+    eta: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] | None = None
+    """Positivity offset η ≥ 0, in outcome units: weights use B′ = clip(B, L, U) − L + η > 0. It
+    adds η/π_min to the weight bound W (hence to the noise). Default: 10⁻⁴ of the outcome range
+    (U − L), unit-free."""
     apply_to: Path | None = None
     """A file of NEW covariate rows (never the training data) to write recommendations.csv for,
     from the released rule (post-processing: no extra ε)."""
@@ -107,8 +117,11 @@ class OwlSection(BinaryArms):
 
     @model_validator(mode="after")
     def _consistent(self) -> OwlSection:
-        if (self.gamma is None) == (self.tune is None):
-            raise ValueError("give exactly one of owl.gamma and owl.tune")
+        given = [n for n, v in (("lambda", self.ridge_lambda), ("gamma", self.gamma),
+                                ("tune", self.tune)) if v is not None]
+        if len(given) > 1:
+            raise ValueError(f"give at most one of owl.lambda, owl.gamma and owl.tune (got "
+                             f"{' and '.join(given)}); without any, lambda: total")
         if self.rff is not None and self.kernel != "rff":
             raise ValueError("owl.rff is only used with kernel: rff")
         return self

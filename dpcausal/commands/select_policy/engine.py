@@ -48,7 +48,7 @@ from dpcausal.engine import split
 from dpcausal.engine.base import Engine, batch_error
 from dpcausal.errors import DataError, SpecError
 from dpcausal.frames import numeric_column
-from dpcausal.learners import CertifiedLogistic, CertifiedRidge, UnitBoxFeatures
+from dpcausal.learners import CertifiedRidge, UnitBoxFeatures
 from dpcausal.learners.logistic import logistic_sums
 from dpcausal.learners.rounding import exact_total
 from dpcausal.mechanisms import NoiseGuard
@@ -119,10 +119,9 @@ def utility_sums(part: Any, start: int, *, setup: Setup, nuis: Nuisance | None,
 def fit_nuisance_engine(spec: SelectPolicySpec, setup: Setup, inputs: NuisanceInputs,
                         engine: Engine) -> Nuisance:
     """The certified learners fit from sums over the engine's nuisance rows (none is gathered)."""
-    sec = spec.select_policy
     fmap = inputs.fmap
-    ridge = CertifiedRidge(sec.lambda_mu, inputs.y_bounds, inputs.mu_bounds, sec.solver_tol)
-    logistic = CertifiedLogistic(sec.lambda_e, sec.zeta, sec.solver_tol)
+    assert setup.nuisances is not None  # regime learned
+    ridge, logistic = setup.nuisances.ridge, setup.nuisances.logistic
     # per-batch block sums added exactly rounded: the summation the public accuracy bounds assume
     grams, rhs = exact_total(engine.map_list(
         functools.partial(ridge_sums, fmap=fmap, ridge=ridge)))
@@ -168,6 +167,8 @@ def run(spec: SelectPolicySpec, engine: Engine, plan: PrivacyPlan, side: dict[st
                                "library_size": setup.library.size,
                                "utility_sensitivity": setup.utility_sensitivity,
                                "engine": engine.description}
+    summary["value_gap"] = doc["accuracy"]["value_gap"]
     if value_doc is not None:
-        summary["released_value"] = value_doc["value"]
+        summary["released_value"] = {k: value_doc[k] for k in ("estimate", "interval", "clamped")
+                                     if k in value_doc}
     return Release(documents={"selection.json": doc}, summary=summary)

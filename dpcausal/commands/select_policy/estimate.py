@@ -10,6 +10,7 @@ import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.select_policy import multi_arm
+from dpcausal.commands.select_policy.accuracy import value_record
 from dpcausal.commands.select_policy.library import PolicyLibrary
 from dpcausal.commands.select_policy.multi_library import MultiArmLibrary
 from dpcausal.commands.select_policy.privacy import choice_mechanism, value_mechanism
@@ -31,7 +32,6 @@ from dpcausal.commands.select_policy.setup import (
 from dpcausal.commands.select_policy.spec import SelectPolicySpec
 from dpcausal.errors import SpecError
 from dpcausal.frames import numeric_column
-from dpcausal.learners import CertifiedLogistic, CertifiedRidge
 from dpcausal.mechanisms import NoiseGuard
 from dpcausal.method import Release
 
@@ -65,8 +65,8 @@ def compute_utilities(spec: SelectPolicySpec, setup: Setup, frame: pd.DataFrame,
                                zeta=sec.zeta, path=sec.frozen_model, sign=inputs.sign)
         return learned_utilities(setup.library, nuis, x, treated, y, chunk_rows=sec.chunk_rows)
     tr, sc = split_indices(spec, setup.n_total, setup.m, frame)
-    ridge = CertifiedRidge(sec.lambda_mu, inputs.y_bounds, inputs.mu_bounds, sec.solver_tol)
-    logistic = CertifiedLogistic(sec.lambda_e, sec.zeta, sec.solver_tol)
+    assert setup.nuisances is not None  # regime learned
+    ridge, logistic = setup.nuisances.ridge, setup.nuisances.logistic
     if sec.split.kind == "index":  # contiguous blocks: views, no copies
         nuis = fit_nuisance(inputs.fmap, ridge, logistic, x[: setup.m], treated[: setup.m],
                             y[: setup.m])
@@ -92,8 +92,10 @@ def release_selection(spec: SelectPolicySpec, setup: Setup, utilities: npt.NDArr
         mech = value_mechanism(setup, sec.value_release.epsilon)
         noisy = float(noise.release(mech, np.array([utilities[k] / setup.n]))[0])
         sign = setup.inputs.sign  # back on the outcome's own scale (post-processing)
-        value_doc = {"value": sign * noisy, "epsilon": mech.epsilon,
-                     "sensitivity": mech.l1_sensitivity, "laplace_scale": mech.scale,
+        value_doc = {**value_record(setup, sign * noisy, epsilon=mech.epsilon,
+                                    alpha=spec.accuracy.alpha),
+                     "epsilon": mech.epsilon, "sensitivity": mech.l1_sensitivity,
+                     "laplace_scale": mech.scale,
                      "estimand": "DR (AIPW) mean over the scoring block, V = U/n" if sign > 0
                      else "DR (AIPW) mean outcome over the scoring block, V = -U/n (U computed "
                           "on -Y: outcome_direction lower)"}
@@ -112,6 +114,8 @@ def run(spec: SelectPolicySpec, frame: pd.DataFrame, plan: PrivacyPlan, side: di
     summary: dict[str, Any] = {"selected_policy": doc["selected"]["name"],
                                "library_size": setup.library.size,
                                "utility_sensitivity": setup.utility_sensitivity}
+    summary["value_gap"] = doc["accuracy"]["value_gap"]
     if value_doc is not None:
-        summary["released_value"] = value_doc["value"]
+        summary["released_value"] = {k: value_doc[k] for k in ("estimate", "interval", "clamped")
+                                     if k in value_doc}
     return Release(documents={"selection.json": doc}, summary=summary)

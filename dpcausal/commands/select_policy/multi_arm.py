@@ -63,6 +63,21 @@ def check_supported(spec: Any) -> None:
                         "the engine section (and --engine)", field="engine")
 
 
+PAPER_PENALTY = 50.0
+"""λ_μ and λ_e for K arms when the spec leaves them to ``total``: the paper's value."""
+
+
+def penalties(sec: SelectPolicySection) -> tuple[float, float]:
+    """(λ_μ, λ_e) of the K-arm learners: a number as given; ``total`` (the default) is the
+    paper's 50 here — the total-error rule of :mod:`~dpcausal.commands.select_policy.penalty`
+    covers two arms only."""
+
+    def one(v: float | str) -> float:
+        return PAPER_PENALTY if v == "total" else float(v)
+
+    return one(sec.lambda_mu), one(sec.lambda_e)
+
+
 def certificate(sec: SelectPolicySection, *, d: int, m: int, n: int,
                 y_bounds: tuple[float, float], mu_bounds: tuple[float, float]
                 ) -> tuple[SpilloverCertificate, dict[str, Any]]:
@@ -77,16 +92,17 @@ def certificate(sec: SelectPolicySection, *, d: int, m: int, n: int,
     any learner whose outputs are projected.
     """
     k = len(sec.labels())
-    ridge = CertifiedRidge(sec.lambda_mu, y_bounds, mu_bounds, sec.solver_tol)
-    mult = CertifiedMultinomial(sec.lambda_e, sec.zeta, k, sec.solver_tol)
+    lam_mu, lam_e = penalties(sec)
+    ridge = CertifiedRidge(lam_mu, y_bounds, mu_bounds, sec.solver_tol)
+    mult = CertifiedMultinomial(lam_e, sec.zeta, k, sec.solver_tol)
     cert = spillover(sec, ridge, mult, d=d, m=m, n=n, trivial_beta_e=1.0 - k * sec.zeta)
     acc = mult.accuracy(m, d)
     learners = {
         "outcome": {"name": f"certified ridge per arm, {k} arms (centred outcome, penalised "
-                            "intercept)", "lambda": sec.lambda_mu, **ridge.constants(d)},
+                            "intercept)", "lambda": lam_mu, **ridge.constants(d)},
         "propensity": {"name": f"certified multinomial l2-logistic, {k} arms (every entry "
                                "penalised), damped Newton, projected into the simplex with "
-                               "floor zeta", "lambda": sec.lambda_e, **mult.constants(d)},
+                               "floor zeta", "lambda": lam_e, **mult.constants(d)},
         "solver_tol": sec.solver_tol,
         "ridge_solve_error": ridge.solve_error(d),
         "multinomial_stop_tol": acc.stop_tol,
@@ -135,8 +151,9 @@ def compute_utilities(sec: SelectPolicySection, library: MultiArmLibrary, fmap: 
     """Fit the certified K-arm learners on the nuisance rows ``tr`` and score the rows ``sc``
     (private: only fed to the mechanism)."""
     k = len(library.arms)
-    ridge = CertifiedRidge(sec.lambda_mu, y_bounds, mu_bounds, sec.solver_tol)
-    mult = CertifiedMultinomial(sec.lambda_e, sec.zeta, k, sec.solver_tol)
+    lam_mu, lam_e = penalties(sec)
+    ridge = CertifiedRidge(lam_mu, y_bounds, mu_bounds, sec.solver_tol)
+    mult = CertifiedMultinomial(lam_e, sec.zeta, k, sec.solver_tol)
     xt = fmap.transform(x[tr])
     outcome = ridge.fit(xt, codes[tr].astype(np.int8), y[tr], arms=k)
     propensity = mult.fit(xt, codes[tr])

@@ -14,6 +14,7 @@ from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.common import row_split
 from dpcausal.commands.select_policy import multi_arm
+from dpcausal.commands.select_policy.accuracy import predicted, shrinkage
 from dpcausal.commands.select_policy.privacy import choice_mechanism, neighbouring, value_mechanism
 from dpcausal.commands.select_policy.scores import frozen_nuisance
 from dpcausal.commands.select_policy.setup import NuisanceInputs, ScoreInputs, build_setup
@@ -73,6 +74,13 @@ def plan(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any], *,
                         "beta_e": c.beta_e, "rho_star": c.rho_star, "n_rho_star": c.n_rho_star,
                         "certificate_type": c.certificate_type})
     details["library_source"] = setup.library.source
+    shrink = shrinkage(setup)
+    if shrink:
+        details["nuisance_penalties"] = {k: v for k, v in shrink.items() if k != "warning"}
+        if "warning" in shrink:
+            details["warning_shrinkage"] = shrink["warning"]
+    if setup.penalty is not None:
+        details["penalty_rule"] = setup.penalty.to_dict()
     assumptions: dict[str, Any] = {"library": {"sha256": setup.library.sha256,
                                                "size": setup.library.size,
                                                **setup.library.source},
@@ -95,6 +103,9 @@ def plan(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any], *,
         })
         if setup.regime == "frozen":
             assumptions["frozen_model"] = str(sec.frozen_model)
+    value_eps = sec.value_release.epsilon if sec.value_release is not None else None
     return PrivacyPlan(command="select-policy", events=tuple(events),
+                       accuracy=predicted(setup, epsilon=eps, alpha=spec.accuracy.alpha,
+                                          value_epsilon=value_eps),
                        neighbouring=neighbouring(setup, sec.split), guarantee="pure", dp_guarantee=True,
                        assumptions=assumptions, details=details)

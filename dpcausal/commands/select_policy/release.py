@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.commands.select_policy.accuracy import gap_record
 from dpcausal.commands.select_policy.setup import STAGE_CHOICE, Setup
 from dpcausal.commands.select_policy.spec import SelectPolicySpec
 
@@ -36,6 +37,7 @@ def selection_document(spec: SelectPolicySpec, setup: Setup, k: int, plan: Priva
             "N": setup.n_total, "m": setup.m, "n": setup.n,
         },
     }
+    doc["accuracy"] = gap_record(setup, epsilon=ev.epsilon, alpha=spec.accuracy.alpha)
     if value_doc is not None:
         doc["value_release"] = value_doc
     return doc

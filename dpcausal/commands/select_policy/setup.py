@@ -11,21 +11,24 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from dpcausal.accounting.events import check_noise_scale
 from dpcausal.commands.common import row_split
 from dpcausal.commands.common.arms import treated_mask
 from dpcausal.commands.select_policy import multi_arm
-from dpcausal.commands.select_policy.certify import spillover
 from dpcausal.commands.select_policy.library import PolicyLibrary, build_library, paper160
 from dpcausal.commands.select_policy.multi_library import MultiArmLibrary, build_multi_library
+from dpcausal.commands.select_policy.penalty import (
+    GRID,
+    Nuisances,
+    PenaltyChoice,
+    PenaltyInputs,
+    choose_penalties,
+    nuisances,
+)
 from dpcausal.commands.select_policy.spec import LibraryFile, SelectPolicySection, SelectPolicySpec
 from dpcausal.errors import DataError, MissingBoundsError, SpecError
 from dpcausal.frames import numeric_column
-from dpcausal.learners import (
-    CertifiedLogistic,
-    CertifiedRidge,
-    SpilloverCertificate,
-    UnitBoxFeatures,
-)
+from dpcausal.learners import SpilloverCertificate, UnitBoxFeatures
 from dpcausal.learners.certificate import score_bounds
 from dpcausal.method import SideInput
 
@@ -88,6 +91,10 @@ class Setup:
     inputs: ScoreInputs | NuisanceInputs
     """What the utilities are computed from, by regime (checked once, here)."""
     learners: dict[str, Any]
+    nuisances: Nuisances | None = None
+    """Regime ``learned``: the certified learners with their clip ranges."""
+    penalty: PenaltyChoice | None = None
+    """The total-error rule's choice, when the spec left a penalty to it."""
 
 
 def _covariates(spec: SelectPolicySpec) -> list[str]:
@@ -131,6 +138,22 @@ def load_library(spec: SelectPolicySpec, side: dict[str, Any]
                                                         if p["type"] == "rare_region")})
 
 
+def _refuse_tiny_epsilon(spec: SelectPolicySpec, p: PenaltyInputs, *, free: bool) -> None:
+    """Name ε (exit 2) when it is why the total-error rule found no candidate: an ε below
+    float64's range, or (both penalties free) a noise scale beyond it even at the largest
+    penalties, whose Δ is the smallest."""
+    sec = spec.select_policy
+    delta = 0.0
+    if free:
+        widest = nuisances(GRID[-1], GRID[-1], p)
+        assert isinstance(widest, Nuisances)  # the largest penalties always solve
+        delta = widest.certificate.delta_cert
+    check_noise_scale(STAGE_CHOICE, spec.privacy.epsilon, 2.0 * delta / spec.privacy.epsilon)
+    if sec.value_release is not None:
+        eps = sec.value_release.epsilon
+        check_noise_scale(STAGE_VALUE, eps, delta / p.n / eps)
+
+
 def build_setup(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any]) -> Setup:
     """Derive Δ and every public constant; refuse missing bounds (exit 3) and bad sizes (exit 2)."""
     sec = spec.select_policy
@@ -160,9 +183,9 @@ def build_setup(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any]) -> Se
     if sign < 0:  # lower is better: work on −Y ∈ [−hi, −lo]
         y_bounds, mu_bounds = (-y_bounds[1], -y_bounds[0]), (-mu_bounds[1], -mu_bounds[0])
     fmap = feature_map(spec)
-    inputs = NuisanceInputs(cols.outcome, cols.treatment, fmap, y_bounds, mu_bounds, sign)
     d = fmap.d
     if sec.regime == "frozen":
+        inputs = NuisanceInputs(cols.outcome, cols.treatment, fmap, y_bounds, mu_bounds, sign)
         b_mu, r, b_psi = score_bounds(sec.zeta, y_bounds, mu_bounds)
         cert = SpilloverCertificate(d, 0, n_rows, sec.zeta, y_bounds, mu_bounds,
                                     b_mu, r, b_psi, 0.0, 0.0, 0.0, 2 * b_psi, 0.0, 2 * b_psi,
@@ -180,23 +203,49 @@ def build_setup(spec: SelectPolicySpec, n_rows: int, side: dict[str, Any]) -> Se
         multi_arm.check_supported(spec)
         cert, learners = multi_arm.certificate(sec, d=d, m=m, n=n, y_bounds=y_bounds,
                                                mu_bounds=mu_bounds)
+        inputs = NuisanceInputs(cols.outcome, cols.treatment, fmap, y_bounds, mu_bounds, sign)
         return Setup(library, "learned", n_rows, m, n, cert.delta_cert, cert, inputs, learners)
-    ridge = CertifiedRidge(sec.lambda_mu, y_bounds, mu_bounds, sec.solver_tol)
-    logistic = CertifiedLogistic(sec.lambda_e, sec.zeta, sec.solver_tol)
-    cert = spillover(sec, ridge, logistic, d=d, m=m, n=n, trivial_beta_e=1.0 - 2.0 * sec.zeta)
+    inputs_p = PenaltyInputs(sec.zeta, y_bounds, mu_bounds, d, m, n, sec.solver_tol,
+                             sec.certificate, sec.effective_bounds)
+    lam_mu = None if sec.lambda_mu == "total" else float(sec.lambda_mu)
+    lam_e = None if sec.lambda_e == "total" else float(sec.lambda_e)
+    choice = None
+    if lam_mu is None or lam_e is None:
+        try:
+            choice = choose_penalties(inputs_p, epsilon=spec.privacy.epsilon,
+                                      library_size=library.size, alpha=spec.accuracy.alpha,
+                                      lambda_mu=lam_mu, lambda_e=lam_e,
+                                      value_epsilon=(None if sec.value_release is None
+                                                     else sec.value_release.epsilon))
+        except ValueError:
+            _refuse_tiny_epsilon(spec, inputs_p, free=lam_mu is None and lam_e is None)
+            fixed = "lambda_mu" if lam_mu is not None else "lambda_e"
+            raise SpecError(f"select_policy.{fixed}: no penalty of the total-error rule can be "
+                            "solved with a guarantee beside it; raise it") from None
+        lam_mu, lam_e = choice.lambda_mu, choice.lambda_e
+    fit = nuisances(lam_mu, lam_e, inputs_p)
+    if not isinstance(fit, Nuisances):  # public settings only: refused before any row is read
+        raise SpecError(f"select_policy.{fit[0]}: {fit[1]}; raise it")
+    ridge, logistic, cert = fit.ridge, fit.logistic, fit.certificate
+    inputs = NuisanceInputs(cols.outcome, cols.treatment, fmap, y_bounds, fit.mu_bounds, sign)
     learners = {
         "outcome": {"name": "certified ridge per arm (centred outcome, penalised intercept)",
-                    "lambda": sec.lambda_mu, **ridge.constants(d)},
+                    "lambda": lam_mu, **ridge.constants(d), "clip": list(fit.mu_bounds)},
         "propensity": {"name": "certified l2-logistic (penalised intercept), damped Newton",
-                       "lambda": sec.lambda_e, **logistic.constants(d)},
+                       "lambda": lam_e, **logistic.constants(d), "clip_zeta": fit.zeta},
         "solver_tol": sec.solver_tol,
         # public rounding bounds (learners/rounding.py), already inside beta_mu and beta_e
         "ridge_solve_error": ridge.solve_error(d),
         "logistic_stop_tol": logistic.accuracy(m, d).stop_tol,
         "logistic_distance_to_minimiser": logistic.accuracy(m, d).distance,
         "objective": "(1/m) sum loss + (lambda/2) ||theta||^2 over all m nuisance rows",
+        "effective_bounds": sec.effective_bounds,
+        "penalty_source": "spec" if choice is None else "total-error rule",
     }
-    return Setup(library, "learned", n_rows, m, n, cert.delta_cert, cert, inputs, learners)
+    if choice is not None:
+        learners["penalty_rule"] = choice.to_dict()
+    return Setup(library, "learned", n_rows, m, n, cert.delta_cert, cert, inputs, learners,
+                 fit, choice)
 
 
 def treated_indicator(spec: SelectPolicySpec, inputs: NuisanceInputs, frame: pd.DataFrame

@@ -90,13 +90,22 @@ class SelectPolicySection(MultiArms):
     """Which rows form the nuisance block: a secret random permutation per run (default; the
     guarantee holds whatever the row order), {kind: seeded, seed: N} or {kind: index} (the first m
     rows); the last two assume the row order is independent of the data, as the receipt states."""
-    lambda_mu: PositiveFinite = 50.0
-    """λ > 0 of the outcome ridge, averaged objective (1/m)Σℓ + (λ/2)‖θ‖² (default 50): a
-    larger λ makes the certified stability (hence Δ and the noise) smaller and the outcome
-    model more biased."""
-    lambda_e: PositiveFinite = 50.0
-    """λ > 0 of the propensity ℓ2-logistic, same convention (default 50): larger λ, smaller Δ,
-    a flatter propensity model."""
+    lambda_mu: PositiveFinite | Literal["total"] = "total"
+    """λ > 0 of the outcome ridge, averaged objective (1/m)Σℓ + (λ/2)‖θ‖² on covariates mapped to
+    [−1, 1] (unit-free: rescaling the outcome rescales the fit, not λ). total (default): the
+    public total-error rule of docs/proofs/select_policy.md §7 picks it with lambda_e, from n, m,
+    d, ε, the library size and the bounds (small at large ε, where the release is the non-private
+    AIPW choice; large at small ε, where Δ would swamp the choice). A number: that λ (the paper
+    used 50, which flattens the fits: a larger λ means a smaller Δ and a more biased model)."""
+    lambda_e: PositiveFinite | Literal["total"] = "total"
+    """λ > 0 of the propensity ℓ2-logistic, same convention; total (default): chosen with
+    lambda_mu by the total-error rule. A larger λ means a smaller Δ and a flatter propensity
+    model (at λ = 50 the NHEFS-shaped propensity is 0.5 for everyone, its true share 0.26)."""
+    effective_bounds: bool = True
+    """Clip μ̂ and ê to the public ranges their fits provably stay in at these penalties
+    (default true; docs/proofs/select_policy.md §7): the fits are unchanged and B_ψ, ρ* and Δ
+    shrink — a heavily penalised propensity stays near ½, so ζ is raised to match. false: clip
+    to the spec's μ-range and [ζ, 1 − ζ] only (the paper's Δ)."""
     solver_tol: Annotated[float, Field(gt=0.0, le=1e-3)] = 1e-10
     """Gradient-norm stopping tolerance τ of the nuisance solvers (in (0, 1e-3], default 1e-10);
     the slack L_g·2τ/λ is added to every stability bound β, so a looser τ means a larger Δ."""
