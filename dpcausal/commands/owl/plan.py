@@ -31,10 +31,12 @@ def plan(spec: OwlSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
         assert spec.owl.gamma is not None
         gamma = spec.owl.gamma
         gamma_source = {"source": "spec"}
-    mech = mechanism(setup, gamma, spec.privacy.epsilon)
+    mech = mechanism(setup, gamma, spec.privacy.epsilon, n_rows)
+    acc = setup.accuracy(gamma, n_rows)
     event = mech.event()
     params = {**event.params, "gamma": gamma, "weight_bound_W": setup.weight_bound, "C": 0.0,
-              "solver_grad_tol": setup.grad_tol, "huber_h": setup.loss.h}
+              "solver_grad_tol": acc.stop_tol, "solver_distance_bound": acc.distance,
+              "solver_fallback_steps": acc.fallback_steps, "huber_h": setup.loss.h}
     event = type(event)(**{**event.to_dict(), "params": params})
     sec = spec.owl
     propensity = (
