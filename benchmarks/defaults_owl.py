@@ -125,7 +125,7 @@ def main() -> None:
                 for fr in frames:
                     theta = fit_nonprivate(setup, prepare(spec, setup, fr, None), gamma)
                     for _ in range(args.noise):
-                        t = mechanism(setup, gamma, eps).release(theta, rng=rng)
+                        t = mechanism(setup, gamma, eps, d.n).release(theta, rng=rng)
                         vals.append(d.value(recommend(setup.fmap, t, d.x)))
                 v = np.array(vals)
                 res[f"{label} @ ε={eps:g}"] = {"lambda": plan.details["lambda"],

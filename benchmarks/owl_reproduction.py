@@ -138,7 +138,8 @@ def run_task(task: Task) -> np.ndarray:
     spec = owl_spec(task.epsilon, task.gamma)
     setup = build_setup(spec)
     data_rng, noise_rng = (np.random.default_rng(s) for s in task.seed.spawn(2))
-    mech = mechanism(setup, task.gamma, task.epsilon) if math.isfinite(task.epsilon) else None
+    mech = (mechanism(setup, task.gamma, task.epsilon, task.n) if math.isfinite(task.epsilon)
+            else None)
     out = np.empty((task.replicates, 3))
     for r in range(task.replicates):
         train, _ = simulate(task.n, data_rng)

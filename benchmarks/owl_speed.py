@@ -108,7 +108,7 @@ data = prepare(spec, setup, frame, spec.data.path)
 t_read = time.perf_counter() - t0
 t0 = time.perf_counter()
 gamma = float(spec.owl.gamma)
-theta = mechanism(setup, gamma, spec.privacy.epsilon).release(
+theta = mechanism(setup, gamma, spec.privacy.epsilon, data.y.size).release(
     fit_nonprivate(setup, data, gamma), rng=noise_generator(None))
 t_fit = time.perf_counter() - t0
 print(json.dumps({"import_s": t_import, "read_s": t_read, "fit_s": t_fit, "iterations": 0}))

@@ -35,7 +35,7 @@ def one_d_radius(monkeypatch: pytest.MonkeyPatch) -> None:
 def halve_owl_sensitivity(monkeypatch: pytest.MonkeyPatch) -> None:
     """owl's Δ = (2W + 2τ)/γ understated by half (plan and run alike)."""
     real = OwlSetup.sensitivity
-    monkeypatch.setattr(OwlSetup, "sensitivity", lambda self, g: real(self, g) / 2)
+    monkeypatch.setattr(OwlSetup, "sensitivity", lambda self, g, n: real(self, g, n) / 2)
 
 
 def halve_capped_sensitivity(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,7 @@ data-dependent number."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -297,3 +298,25 @@ def test_cate_and_select_policy_pairs_at_extreme_penalties_exit_alike(tmp_path: 
             assert lam < 1e-4 and field in res[0].stderr, res[0].stderr
         refused.append(codes == [2, 2])
     assert refused == [lam < 1e-4] * 2  # only the tiny penalty is refused (by both commands)
+
+
+def test_owl_releases_with_the_stated_sensitivity_when_the_fast_solve_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13: owl exited 2 (SolverError, after the data was read) when Newton, Newton from 0
+    and L-BFGS-B all missed τ, so a neighbour on which the solve misses flipped exit 0 → 2. With
+    every fast stage forced to fail the run now releases through the guaranteed fallback, with
+    the sensitivity of the plan (the same receipt as when the fast path certifies)."""
+    from dpcausal.solvers import erm
+
+    frames = [_obs_frame(60, 1.0, seed=4), _neighbour(_obs_frame(60, 1.0, seed=4), 7, 1.0)]
+    doc = _owl_doc(0.0, 1.0, 5.0)
+    fast = run_pair(tmp_path / "fast", "owl", doc, frames, ("--json",))
+    monkeypatch.setattr(erm, "newton", lambda backend, theta, acc, **kw: (
+        theta, np.full(theta.size, np.inf), kw["max_newton"]))
+    monkeypatch.setattr(erm, "lbfgs_start", lambda backend, acc: np.zeros(acc.d))
+    slow = run_pair(tmp_path / "slow", "owl", doc, frames, ("--json",))
+    assert [r.exit_code for r in fast + slow] == [0, 0, 0, 0], [r.output for r in slow]
+    events = [json.loads(r.stdout)["events"][0] for r in fast + slow]
+    assert len({e["sensitivity"] for e in events}) == 1
+    assert len({e["params"]["solver_fallback_steps"] for e in events}) == 1

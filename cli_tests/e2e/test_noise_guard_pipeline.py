@@ -79,8 +79,8 @@ def test_a_draw_that_does_not_match_the_plan_stops_the_run(
     real = mechanism
     calls: list[int] = []
 
-    def halved_after_planning(setup: Any, gamma: float, epsilon: float) -> Any:
-        mech = real(setup, gamma, epsilon)
+    def halved_after_planning(setup: Any, gamma: float, epsilon: float, n: int) -> Any:
+        mech = real(setup, gamma, epsilon, n)
         calls.append(1)
         if len(calls) == 1:  # the plan's call
             return mech

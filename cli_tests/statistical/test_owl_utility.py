@@ -36,7 +36,8 @@ def _accuracy(n: int, eps: float, gamma: float, reps: int, rng: np.random.Genera
     accs = []
     for _ in range(reps):
         data = prepare(spec, setup, _trial(n, rng), None)
-        theta = mechanism(setup, gamma, eps).release(fit_nonprivate(setup, data, gamma), rng=rng)
+        theta = mechanism(setup, gamma, eps, data.y.size).release(
+            fit_nonprivate(setup, data, gamma), rng=rng)
         accs.append(np.mean(recommend(setup.fmap, theta, test) == truth))
     return float(np.mean(accs))
 

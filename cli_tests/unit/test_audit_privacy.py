@@ -95,7 +95,7 @@ def test_audit_on_user_data(small_owl_spec: Path) -> None:
 def test_audit_fails_owl_with_understated_sensitivity(small_owl_spec: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     real = OwlSetup.sensitivity
-    monkeypatch.setattr(OwlSetup, "sensitivity", lambda self, g: real(self, g) / 8)
+    monkeypatch.setattr(OwlSetup, "sensitivity", lambda self, g, n: real(self, g, n) / 8)
     res = invoke(["audit", "privacy", "--spec", small_owl_spec, "--rows", "10", "--pairs", "6",
                   "--trials", "0"])
     assert res.exit_code == 4, res.output

@@ -16,9 +16,9 @@ import pytest
 from cli_tests.erm_reference import _newton_line_search
 from cli_tests.helpers import invoke, read_json, write_yaml
 from dpcausal.engine.base import tree_add
-from dpcausal.errors import SolverError
 from dpcausal.solvers import erm, erm_line, erm_passes
 from dpcausal.solvers.erm import HuberHinge, solve_weighted_erm
+from dpcausal.solvers.erm_accuracy import ERMAccuracy
 
 
 class BlockEngine:
@@ -122,17 +122,18 @@ def _problem(seed: int) -> dict[str, Any]:
         w = np.round(w)  # tied weights too
     gamma = float(rng.choice([0.05, 0.3, 0.5, 1.0, 5.0, 75.0]))
     h = float(rng.choice([0.1, 0.5]))
-    return {"v": v, "y": y, "w": w, "gamma": gamma, "loss": HuberHinge(h),
-            "grad_tol": 1e-6 * big_w}
+    acc = ERMAccuracy(n, q + 1, 2.0 * big_w, gamma, h, 1e-6 * big_w)
+    return {"v": v, "y": y, "w": w, "gamma": gamma, "loss": HuberHinge(h), "acc": acc,
+            "grad_tol": acc.stop_tol}
 
 
 @pytest.mark.parametrize("seed", range(50))
 def test_engine_and_memory_both_converge_and_agree(seed: int) -> None:
     p = _problem(seed)
     gamma, tol = p["gamma"], p["grad_tol"]
-    mem = solve_weighted_erm(p["v"], p["y"], p["w"], gamma=gamma, loss=p["loss"], grad_tol=tol)
-    eng = erm.solve_erm(BlockEngine(p["v"], p["y"], p["w"]), d=p["v"].shape[1],
-                        gamma=gamma, loss=p["loss"], grad_tol=tol)
+    mem = solve_weighted_erm(p["v"], p["y"], p["w"], p["acc"])
+    eng = erm.solve_erm(BlockEngine(p["v"], p["y"], p["w"]), p["acc"])
+    assert mem.certified and eng.certified
     # the certificate: the returned norm is ‖∇G‖ at the returned θ, from scratch
     g = erm.gradient(eng.theta, p["v"], p["y"], p["w"], gamma, p["loss"])
     assert eng.grad_norm <= tol
@@ -187,13 +188,12 @@ def test_a_full_newton_step_costs_one_pass() -> None:
     """Near the optimum (the right active set) Newton's full step is accepted with the gradient
     and Hessian of its own line pass: one pass per iteration, as before the exact line search."""
     p = _problem(3)
-    v, y, w, gamma = p["v"], p["y"], p["w"], p["gamma"]
-    sol = solve_weighted_erm(v, y, w, gamma=gamma, loss=p["loss"], grad_tol=p["grad_tol"])
+    v, y, w = p["v"], p["y"], p["w"]
+    sol = solve_weighted_erm(v, y, w, p["acc"])
     start = sol.theta + 1e-3 * np.random.default_rng(0).normal(size=sol.theta.size)
     engine = BlockEngine(v, y, w)
-    _theta, gnorm, its = erm.newton(engine, start, gamma=gamma, h=p["loss"].h,
-                                    grad_tol=p["grad_tol"], max_newton=10)
-    assert gnorm <= p["grad_tol"]
+    _theta, grad, its = erm.newton(engine, start, p["acc"], max_newton=10)
+    assert np.linalg.norm(grad) <= p["grad_tol"]
     assert its >= 1
     assert engine.passes == 1 + its
 
@@ -207,20 +207,19 @@ def test_when_newton_fails_the_lbfgs_fallback_and_polish_still_certify(
     real = erm.newton
     calls: list[bool] = []
 
-    def fails_twice(engine: Any, theta: np.ndarray, **kw: Any) -> Any:
+    def fails_twice(engine: Any, theta: np.ndarray, acc: Any, **kw: Any) -> Any:
         calls.append(True)
         if len(calls) <= 1:  # Newton from θ = 0 (n is small: no warm start) "stalls"
-            return theta, np.inf, kw["max_newton"]
-        return real(engine, theta, **kw)
+            return theta, np.full(theta.size, np.inf), kw["max_newton"]
+        return real(engine, theta, acc, **kw)
 
     monkeypatch.setattr(erm, "newton", fails_twice)
     engine = BlockEngine(p["v"], p["y"], p["w"])
-    sol = erm.solve_erm(engine, d=p["v"].shape[1], gamma=p["gamma"], loss=p["loss"],
-                        grad_tol=p["grad_tol"])
+    sol = erm.solve_erm(engine, p["acc"])
     assert len(calls) == 2
+    assert sol.certified
     assert sol.grad_norm <= p["grad_tol"]
-    mem = solve_weighted_erm(p["v"], p["y"], p["w"], gamma=p["gamma"], loss=p["loss"],
-                             grad_tol=p["grad_tol"])
+    mem = solve_weighted_erm(p["v"], p["y"], p["w"], p["acc"])
     assert float(np.linalg.norm(sol.theta - mem.theta)) <= p["grad_tol"] / p["gamma"]
 
 
@@ -235,22 +234,33 @@ def test_lbfgs_passes_give_the_objective_and_its_gradient() -> None:
     np.testing.assert_allclose(grad + gamma * theta, ref_grad, rtol=1e-12, atol=1e-12)
 
 
-def test_refuses_only_when_every_stage_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_when_every_fast_stage_fails_the_guaranteed_fallback_releases(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13: the old solver raised SolverError (exit 2 after the data was read) when Newton,
+    Newton from 0 and L-BFGS-B all missed τ. Now the guaranteed fallback runs its public number
+    of steps and its θ is within the public distance of the exact minimiser, by proof."""
     p = _problem(6)
+    n = p["v"].shape[0]
+    acc = ERMAccuracy(n, p["v"].shape[1], float(np.max(p["w"])) + 1.0, 5.0, 0.5, 1e-6)
     stages: list[str] = []
     real_lbfgs = erm.lbfgs_start
 
-    def never(engine: Any, theta: np.ndarray, **kw: Any) -> Any:
+    def never(engine: Any, theta: np.ndarray, acc: Any, **kw: Any) -> Any:
         stages.append("newton")
-        return theta, np.inf, kw["max_newton"]
+        return theta, np.full(theta.size, np.inf), kw["max_newton"]
 
     def lbfgs(*args: Any, **kw: Any) -> Any:
         stages.append("lbfgs")
-        return real_lbfgs(*args, **kw)
+        return 0.0 * real_lbfgs(*args, **kw)  # a start that does not certify
 
+    exact = solve_weighted_erm(p["v"], p["y"], p["w"], acc)  # certified, before the patch
     monkeypatch.setattr(erm, "newton", never)
     monkeypatch.setattr(erm, "lbfgs_start", lbfgs)
-    with pytest.raises(SolverError, match="did not reach its stated gradient tolerance"):
-        erm.solve_erm(BlockEngine(p["v"], p["y"], p["w"]), d=p["v"].shape[1],
-                      gamma=p["gamma"], loss=p["loss"], grad_tol=p["grad_tol"])
+    engine = BlockEngine(p["v"], p["y"], p["w"])
+    sol = erm.solve_erm(engine, acc)
     assert stages == ["newton", "lbfgs", "newton"]
+    assert not sol.certified and exact.certified
+    assert acc.fallback_steps < 20_000
+    assert float(np.linalg.norm(sol.theta - exact.theta)) <= 2 * acc.distance
+    assert acc.distance < 1e-5 * (1.0 + float(np.linalg.norm(exact.theta)))

@@ -192,7 +192,8 @@ def test_owl_solver_slack_is_in_the_sensitivity(monkeypatch: pytest.MonkeyPatch)
     Δ = (2W + 2τ)/γ. The solver is run with exactly that τ."""
     spec = _owl_spec(gamma=40.0, eta=0.0)
     setup = owl_setup.build_setup(spec)
-    gamma, w_bound, tau = 40.0, setup.weight_bound, setup.grad_tol
+    gamma, w_bound = 40.0, setup.weight_bound
+    tau = setup.accuracy(gamma, 3).stop_tol
     frame = pd.DataFrame({"x1": [1.0, 0.3, 0.6], "x2": [1.0, 0.2, 0.9], "A": [1, 0, 1],
                           "B": [3.0, -3.0, -3.0]})
     other = frame.copy()
@@ -200,7 +201,7 @@ def test_owl_solver_slack_is_in_the_sensitivity(monkeypatch: pytest.MonkeyPatch)
     seen: list[float] = []
     real = erm.solve_weighted_erm
     monkeypatch.setattr(owl_estimate, "solve_weighted_erm",
-                        lambda *a, **k: (seen.append(k["grad_tol"]), real(*a, **k))[1])
+                        lambda *a, **k: (seen.append(a[3].stop_tol), real(*a, **k))[1])
     ends = []
     for data in (frame, other):
         prep = prepare(spec, setup, data, None)
@@ -212,4 +213,4 @@ def test_owl_solver_slack_is_in_the_sensitivity(monkeypatch: pytest.MonkeyPatch)
         ends.append(cand)
     assert seen == [tau, tau]
     moved = float(np.linalg.norm(ends[0] - ends[1]))
-    assert 2 * w_bound / gamma < moved <= setup.sensitivity(gamma)
+    assert 2 * w_bound / gamma < moved <= setup.sensitivity(gamma, 3)

@@ -21,6 +21,7 @@ from dpcausal.commands.owl.tune import tune_gamma
 from dpcausal.errors import DataError, MissingBoundsError, SpecError
 from dpcausal.mechanisms import NoiseGuard
 from dpcausal.solvers.erm import HuberHinge, solve_weighted_erm
+from dpcausal.solvers.erm_accuracy import ERMAccuracy
 
 
 def make_spec(**owl_fields: Any) -> OwlSpec:
@@ -109,8 +110,8 @@ def test_closed_form_in_heavy_regularisation_regime() -> None:
 
 def test_solver_refuses_negative_weights() -> None:
     with pytest.raises(ValueError, match="weights"):
-        solve_weighted_erm(np.ones((2, 1)), np.ones(2), np.array([1.0, -1.0]), gamma=1.0,
-                           loss=HuberHinge(), grad_tol=1e-9)
+        solve_weighted_erm(np.ones((2, 1)), np.ones(2), np.array([1.0, -1.0]),
+                           ERMAccuracy(2, 1, 1.0, 1.0, 0.5, 1e-9))
 
 
 # --- the public feature map ------------------------------------------------------------------------
@@ -183,7 +184,7 @@ def _neighbour_ratio(spec: OwlSpec, frame: pd.DataFrame, replacement: dict[str, 
         other.loc[index, k] = val
     t1 = fit_nonprivate(setup, prepare(spec, setup, frame, None), gamma)
     t2 = fit_nonprivate(setup, prepare(spec, setup, other, None), gamma)
-    return float(np.linalg.norm(t1 - t2)) / setup.sensitivity(gamma)
+    return float(np.linalg.norm(t1 - t2)) / setup.sensitivity(gamma, len(frame))
 
 
 @pytest.mark.parametrize("kernel", ["linear", "rff"])
@@ -289,7 +290,7 @@ def test_scale_invariance() -> None:
     t1 = fit_nonprivate(s1, prepare(spec1, s1, frame, None), 4.0)
     t2 = fit_nonprivate(s2, prepare(spec2, s2, f2, None), 40.0)
     np.testing.assert_allclose(t1, t2, atol=1e-8)
-    assert s1.sensitivity(4.0) == pytest.approx(s2.sensitivity(40.0))
+    assert s1.sensitivity(4.0, 3) == pytest.approx(s2.sensitivity(40.0, 3))
 
 
 # --- tuning (Algorithm 2) --------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from dpcausal.frames import numeric_column, numeric_columns, numeric_matrix
 from dpcausal.solvers import erm, erm_passes
 from dpcausal.solvers.backend import InMemory
 from dpcausal.solvers.erm import HuberHinge, gradient, objective, solve_weighted_erm
+from dpcausal.solvers.erm_accuracy import ERMAccuracy
 
 
 def _reference_transform(fmap: FeatureMap, x: np.ndarray) -> np.ndarray:
@@ -132,8 +133,10 @@ def test_newton_solver_reaches_tolerance_and_matches_reference(seed: int) -> Non
         v = np.round(v, 1)  # ties and duplicated rows
     y = rng.choice([-1.0, 1.0], size=n)
     w = rng.uniform(0, 30, n) * (rng.uniform(size=n) > 0.3)
-    tol = 30e-6
-    sol = solve_weighted_erm(v, y, w, gamma=gamma, loss=loss, grad_tol=tol)
+    acc = ERMAccuracy(n, d, 30.0, gamma, loss.h, 30e-6)
+    tol = acc.stop_tol
+    sol = solve_weighted_erm(v, y, w, acc)
+    assert sol.certified
     assert np.linalg.norm(gradient(sol.theta, v, y, w, gamma, loss)) <= tol
     ref = _reference_solve(v, y, w, gamma, loss)
     ref_g = float(np.linalg.norm(gradient(ref, v, y, w, gamma, loss)))
@@ -149,9 +152,10 @@ def test_degenerate_problem_falls_back_and_still_converges() -> None:
     v /= np.maximum(1.0, np.linalg.norm(v, axis=1))[:, None]
     y = rng.choice([-1.0, 1.0], size=n)
     w = rng.uniform(0, 1000, n)
-    tol = 1e-3
-    sol = solve_weighted_erm(v, y, w, gamma=gamma, loss=loss, grad_tol=tol)
-    assert np.linalg.norm(gradient(sol.theta, v, y, w, gamma, loss)) <= tol
+    acc = ERMAccuracy(n, d, 1000.0, gamma, loss.h, 1e-3)
+    sol = solve_weighted_erm(v, y, w, acc)
+    assert sol.certified
+    assert np.linalg.norm(gradient(sol.theta, v, y, w, gamma, loss)) <= acc.stop_tol
 
 
 def test_dloss_equals_huber_derivative() -> None:
@@ -170,12 +174,13 @@ def test_subsample_warm_start_gives_a_certified_solution(monkeypatch: pytest.Mon
     v = rng.uniform(size=(n, d)) / math.sqrt(d)
     y = rng.choice([-1.0, 1.0], size=n)
     w = rng.uniform(0, 30, n)
-    loss, tol = HuberHinge(0.5), 30e-6
-    start = erm.warm_start(InMemory((v, y, w), n), d=d, gamma=gamma, loss=loss, grad_tol=tol)
+    loss = HuberHinge(0.5)
+    acc = ERMAccuracy(n, d, 30.0, gamma, loss.h, 30e-6)
+    tol = acc.stop_tol
+    start = erm.warm_start(InMemory((v, y, w), n), acc)
     assert np.any(start != 0.0)  # the subsample's minimiser, not the cold start
-    sol = solve_weighted_erm(v, y, w, gamma=gamma, loss=loss, grad_tol=tol)
+    sol = solve_weighted_erm(v, y, w, acc)
     assert np.linalg.norm(gradient(sol.theta, v, y, w, gamma, loss)) <= tol
-    cold, cold_g, _ = erm.newton(InMemory((v, y, w), n), np.zeros(d), gamma=gamma, h=loss.h,
-                                 grad_tol=tol, max_newton=100)
-    assert cold_g <= tol
+    cold, cold_g, _ = erm.newton(InMemory((v, y, w), n), np.zeros(d), acc, max_newton=100)
+    assert np.linalg.norm(cold_g) <= tol
     assert np.linalg.norm(sol.theta - cold) <= 2 * tol / gamma

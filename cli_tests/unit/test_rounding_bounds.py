@@ -207,4 +207,4 @@ def test_owl_neighbours_at_extreme_scales(lo: float, hi: float, gamma: float) ->
                                                  hi if t % 2 else lo]
         fits = [fit_nonprivate(setup, prepare(spec, setup, f, None), gamma)
                 for f in (frame, other)]
-        assert np.linalg.norm(fits[0] - fits[1]) <= setup.sensitivity(gamma)
+        assert np.linalg.norm(fits[0] - fits[1]) <= setup.sensitivity(gamma, len(frame))

@@ -30,62 +30,31 @@ plan, before any row is read (:func:`ridge_problem`, :meth:`LogisticAccuracy.pro
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 from scipy import linalg
 
+from dpcausal.numerics import (
+    SAFETY,
+    SUM_CHUNK,
+    SUM_TERMS,
+    UNIT_ROUNDOFF,
+    block_total,
+    exact_total,
+    gamma,
+)
+
+__all__ = ["SAFETY", "SUM_CHUNK", "SUM_TERMS", "UNIT_ROUNDOFF", "block_total", "exact_total",
+           "gamma"]
+
 FloatArray = npt.NDArray[np.float64]
-UNIT_ROUNDOFF = 2.0**-53
-"""u of IEEE float64 (round to nearest)."""
-SAFETY = 4.0
-"""Multiplier on every rounding bound (library functions a few ulps off, blocked BLAS/LAPACK)."""
 MAX_GUARANTEED_STEPS = 100_000
 """The most damped Newton steps the logistic fallback may need; beyond it the plan refuses λ."""
 _OMEGA_QUARTER = 0.25 - math.log(1.25)
 """ω(1/4) = 1/4 − ln(5/4): the least decrease of a damped Newton step while the decrement ≥ 1/4."""
-SUM_CHUNK = 4096
-"""Rows per block of a learner's data sums (one BLAS call: error ≤ γ_{SUM_CHUNK}·Σ|terms|)."""
-SUM_TERMS = SUM_CHUNK + 2
-"""k of the error bound γ_k·Σ|terms| of a learner's sum: a block, then two exactly rounded
-additions of partial sums (the blocks of a batch, the batches of an engine)."""
-Stat = TypeVar("Stat")
-
-
-def exact_total(parts: Sequence[Stat]) -> Stat:
-    """The elementwise correctly rounded sum (``math.fsum``) of same-shaped statistics: arrays,
-    floats, or tuples/lists of them."""
-    first: Any = parts[0]
-    if len(parts) == 1:
-        return first
-    if isinstance(first, tuple | list):
-        seqs: list[Any] = list(parts)
-        return type(first)(exact_total([p[k] for p in seqs])  # type: ignore[return-value]
-                           for k in range(len(first)))
-    stacked = np.asarray(parts, dtype=np.float64)
-    flat = stacked.reshape(len(parts), -1)
-    out = np.array([math.fsum(flat[:, j]) for j in range(flat.shape[1])])
-    if stacked.ndim == 1:
-        return float(out[0])  # type: ignore[return-value]
-    return out.reshape(stacked.shape[1:])  # type: ignore[return-value]
-
-
-def block_total(stat: Callable[[slice], Stat], n: int) -> Stat:
-    """Σ over the rows [0, n) of a statistic computed per block of ≤ ``SUM_CHUNK`` rows
-    (``stat(rows)``), the blocks added exactly rounded (n = 0: one empty block)."""
-    return exact_total([stat(slice(i, min(n, i + SUM_CHUNK)))
-                        for i in range(0, max(n, 1), SUM_CHUNK)])
-
-
-def gamma(k: int) -> float:
-    """γ_k = ku/(1 − ku) (needs ku < 1)."""
-    ku = k * UNIT_ROUNDOFF
-    if ku >= 0.5:
-        raise ValueError(f"{k} terms are too many for the float64 rounding model")
-    return ku / (1.0 - ku)
 
 
 def effective_half_range(lo: float, hi: float) -> float:

@@ -5,9 +5,10 @@ The objective, in sum form (same argmin as the paper's (1/n)Σ + (γ/n)R form),
 
     G(θ) = Σ_i w_i ℓ(y_i v_iᵀθ) + (γ/2)‖θ‖²,
 
-is γ-strongly convex when every w_i ≥ 0 and ℓ is convex. Hence for any θ̃,
-‖θ̃ − θ̂‖ ≤ ‖∇G(θ̃)‖/γ: a solve that stops at ‖∇G‖ ≤ τ is within τ/γ of the exact minimiser, and a
-sensitivity derived for the exact minimiser holds for the returned point after adding 2τ/γ.
+is γ-strongly convex when every w_i ≥ 0 and ℓ is convex. Whatever the solve returns is within a
+PUBLIC distance D of the exact minimiser (:class:`dpcausal.solvers.erm_accuracy.ERMAccuracy`,
+whose docstring proves it), so a sensitivity derived for the exact minimiser holds for the
+returned point after adding 2D, and no refusal, exit or message depends on the data.
 
 Every data pass is one ``backend.map_sum`` (or ``map_list``) of per-piece statistics
 (:mod:`dpcausal.solvers.erm_passes`): in memory the backend is the prepared table as one piece
@@ -22,15 +23,19 @@ So each objective has one solver and one certificate whatever the backend:
   line pass), a damped one two to four.
 * For n ≥ ``WARM_START_MIN_ROWS`` Newton starts from the minimiser on a fixed 1-in-k subsample of
   the rows (every k-th global row, weights scaled by n/m; the subsample is solved in memory by this
-  same solver). Should Newton not reach the tolerance: Newton from θ = 0, then L-BFGS-B from θ = 0
-  (one value pass per evaluation) followed by the same Newton polish. :class:`SolverError` only
-  when all of them fail — never an inexact solution returned silently.
+  same fast path). Should Newton not certify: Newton from θ = 0, then L-BFGS-B from θ = 0 (one
+  value pass per evaluation) followed by the same Newton polish (:func:`fast_path`).
+* Should none of them certify, the guaranteed fallback (projected gradient descent for a public
+  number of steps, :func:`dpcausal.solvers.erm_accuracy.guaranteed_descent`) runs from there:
+  its distance bound holds by proof, not by a check, so nothing is refused.
 
-The certificate is the stopping test ‖∇G(θ)‖ ≤ τ, always on a gradient computed from scratch over
-every row at exactly the returned θ (a gradient pass at θ, or a line pass whose candidate is θ,
-with the margins y vᵀθ recomputed), so the returned θ is within τ/γ of the exact minimiser. The
-line search, the fallbacks and the start only shape the path. The number of passes depends on the
-data and is never published.
+The certificate (:meth:`~dpcausal.solvers.erm_accuracy.ERMAccuracy.accepts`) is the test
+‖ĝ‖ ≤ τ, τ ≥ 4× the public rounding allowance ε_g, on a gradient computed from scratch over every
+row at exactly the returned θ, summed in blocks of ``SUM_CHUNK`` rows added exactly rounded (in
+memory the gradient pass at θ, or a line pass whose candidate is θ; on an engine one more pass
+adding the pieces exactly, :func:`certify`), so the returned θ is within (τ + ε_g)/γ of the
+exact minimiser. The line search, the fallbacks and the start only shape the path. The number of
+passes depends on the data and is never published.
 """
 
 from __future__ import annotations
@@ -42,8 +47,13 @@ import numpy as np
 import numpy.typing as npt
 from scipy import optimize
 
-from dpcausal.errors import SolverError
 from dpcausal.solvers.backend import Backend, InMemory
+from dpcausal.solvers.erm_accuracy import (
+    ERMAccuracy,
+    exact_gradient,
+    guaranteed_descent,
+    in_memory,
+)
 from dpcausal.solvers.erm_line import line_search
 from dpcausal.solvers.erm_passes import Part, grad_hess, hessian, huber_dloss, stride_rows
 
@@ -84,7 +94,10 @@ class ERMSolution:
 
     theta: FloatArray
     grad_norm: float
+    """‖∇G(θ)‖ as computed when the certificate accepted θ; NaN after the fallback."""
     iterations: int
+    certified: bool = True
+    """Whether the certificate accepted θ (else the guaranteed fallback ran); never published."""
 
 
 def objective(theta: FloatArray, v: FloatArray, y: FloatArray, w: FloatArray, gamma: float,
@@ -116,58 +129,60 @@ WARM_START_MIN_ROWS = 400_000
 WARM_START_ROWS = 50_000
 
 
-def warm_start(backend: Backend, *, d: int, gamma: float, loss: HuberHinge,
-               grad_tol: float) -> FloatArray:
+def warm_start(backend: Backend, acc: ERMAccuracy) -> FloatArray:
     """The start for large n: the minimiser on every k-th global row (weights × n/m), solved in
-    memory; θ = 0 for n < ``WARM_START_MIN_ROWS`` or when that solve fails. Only the path of the
-    solve depends on it (the returned θ is certified on all rows); the subsample is a fixed
-    stride of the global row index (no randomness, nothing data-dependent)."""
+    memory by the fast path; θ = 0 for n < ``WARM_START_MIN_ROWS`` or when that solve does not
+    certify. Only the path of the solve depends on it (the returned θ is certified on all rows,
+    or comes from the guaranteed fallback); the subsample is a fixed stride of the global row
+    index (no randomness, nothing data-dependent)."""
     n = backend.n_rows
     if n < WARM_START_MIN_ROWS:
-        return np.zeros(d)
+        return np.zeros(acc.d)
     k = n // WARM_START_ROWS
     parts = backend.map_list(functools.partial(stride_rows, k=k))
     vs = np.concatenate([p[0] for p in parts])
     ys = np.concatenate([p[1] for p in parts])
     ws = np.concatenate([p[2] for p in parts])
     scale = n / ys.size
-    try:
-        theta = solve_weighted_erm(vs, ys, ws * scale, gamma=gamma, loss=loss,
-                                   grad_tol=grad_tol * scale).theta
-    except SolverError:
-        return np.zeros(d)
-    return theta if bool(np.all(np.isfinite(theta))) else np.zeros(d)
+    sub = ERMAccuracy(ys.size, acc.d, acc.weight_bound * scale, acc.gamma, acc.h,
+                      acc.tol * scale)
+    sub_backend = InMemory((vs, ys, ws * scale), ys.size)
+    theta, grad, _ = fast_path(sub_backend, sub, np.zeros(acc.d), max_newton=100)
+    return theta if sub.accepts(theta, grad) else np.zeros(acc.d)
 
 
-def newton(backend: Backend, theta: FloatArray, *, gamma: float, h: float, grad_tol: float,
-           max_newton: int) -> tuple[FloatArray, float, int]:
-    """Newton with the exact line search from ``theta``; (θ, ‖∇G(θ)‖, iterations).
+def newton(backend: Backend, theta: FloatArray, acc: ERMAccuracy, *, max_newton: int
+           ) -> tuple[FloatArray, FloatArray, int]:
+    """Newton with the exact line search from ``theta``; (θ, ∇G(θ) as computed, iterations).
 
-    On an engine, one pass per iteration when the full step is taken (its gradient and Hessian
-    come with the line pass), two when a later line pass's candidate is accepted, one more when
-    another point is. In memory a pass is a function call, so the line passes compute only the
-    candidates' gradients and the Hessian follows at the point accepted, if Newton continues
-    (the same values: only the work is arranged differently)."""
-    d = theta.size
-    speculative = not isinstance(backend, InMemory)
+    Stops when the certificate accepts the computed gradient (in memory it is the certificate's
+    own blocked sum; on an engine :func:`certify` recomputes it exactly rounded), at the
+    iteration cap, or when no step makes progress. On an engine, one pass per iteration when the
+    full step is taken (its gradient and Hessian come with the line pass), two when a later line
+    pass's candidate is accepted, one more when another point is. In memory a pass is a function
+    call, so the line passes compute only the candidates' gradients and the Hessian follows at
+    the point accepted, if Newton continues (the same values: only the work is arranged
+    differently)."""
+    d, gamma, h = acc.d, acc.gamma, acc.h
+    speculative = not in_memory(backend)
     g_data, h_data = backend.map_sum(functools.partial(grad_hess, theta=theta, h=h))
     for it in range(max_newton + 1):
         grad = g_data + gamma * theta
         gnorm = float(np.linalg.norm(grad))
-        if gnorm <= grad_tol or it == max_newton or not np.isfinite(gnorm):
-            return theta, gnorm, it
+        if acc.accepts(theta, grad) or it == max_newton or not np.isfinite(gnorm):
+            return theta, grad, it
         if h_data is None:
             h_data = backend.map_sum(functools.partial(hessian, theta=theta, h=h))
         hess = h_data + gamma * np.eye(d)
         step = np.linalg.solve(hess, grad)
         d0 = -float(grad @ step)
         if not d0 < 0.0:
-            return theta, gnorm, it
+            return theta, grad, it
         curv0 = float(step @ hess @ step)
         t, g_new, h_new = line_search(backend, theta, step, d0=d0, curv0=curv0, gamma=gamma, h=h,
                                       hessians=speculative)
         if t * float(np.linalg.norm(step)) <= 1e-15 * (1.0 + float(np.linalg.norm(theta))):
-            return theta, gnorm, it
+            return theta, grad, it
         theta = theta - t * step
         if g_new is None:
             g_new, h_new = backend.map_sum(functools.partial(grad_hess, theta=theta, h=h))
@@ -175,9 +190,9 @@ def newton(backend: Backend, theta: FloatArray, *, gamma: float, h: float, grad_
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def lbfgs_start(backend: Backend, *, d: int, gamma: float, h: float, grad_tol: float
-                ) -> FloatArray:
+def lbfgs_start(backend: Backend, acc: ERMAccuracy) -> FloatArray:
     """erm's L-BFGS-B fallback start (same options), one value pass per function evaluation."""
+    gamma, h, d = acc.gamma, acc.h, acc.d
 
     def fun(x: FloatArray) -> tuple[float, FloatArray]:
         x = np.asarray(x, dtype=np.float64)
@@ -186,69 +201,71 @@ def lbfgs_start(backend: Backend, *, d: int, gamma: float, h: float, grad_tol: f
 
     res = optimize.minimize(
         fun, np.zeros(d), jac=True, method="L-BFGS-B",
-        options={"maxiter": 200, "gtol": grad_tol / np.sqrt(d), "ftol": 1e-15},
+        options={"maxiter": 200, "gtol": acc.stop_tol / np.sqrt(d), "ftol": 1e-15},
     )
     x = np.asarray(res.x, dtype=np.float64)
     return x if bool(np.all(np.isfinite(x))) else np.zeros(d)
 
 
-def solve_erm(backend: Backend, *, d: int, gamma: float, loss: HuberHinge, grad_tol: float,
-              max_newton: int = 100) -> ERMSolution:
-    """Minimise G(θ) = Σ w ℓ(y vᵀθ) + (γ/2)‖θ‖² over the backend's rows to ‖∇G‖ ≤ ``grad_tol``.
+def certify(backend: Backend, acc: ERMAccuracy, theta: FloatArray, grad: FloatArray
+            ) -> tuple[bool, FloatArray]:
+    """Whether the certificate accepts θ, with the gradient it was judged on: in memory Newton's
+    own (one piece, blocked, exactly added), on an engine one more pass that adds the pieces'
+    gradients exactly rounded (:func:`dpcausal.solvers.erm_accuracy.exact_gradient`)."""
+    if not in_memory(backend) and bool(np.all(np.isfinite(theta))):
+        grad = exact_gradient(backend, theta, acc)
+    return acc.accepts(theta, grad), grad
 
-    Newton from the warm start (θ = 0 for small n), then Newton from θ = 0, then L-BFGS-B
-    followed by the Newton polish. The backend's pieces are (v, y, w): rows with ‖v_i‖ ≤ 1,
-    labels ±1, weights ≥ 0 (:data:`dpcausal.solvers.erm_passes.Part`).
 
-    Raises
-    ------
-    SolverError
-        When the tolerance is not reached (never returns an inexact solution silently).
+def fast_path(backend: Backend, acc: ERMAccuracy, start: FloatArray, *, max_newton: int
+              ) -> tuple[FloatArray, FloatArray, int]:
+    """Newton from ``start``, then Newton from θ = 0, then L-BFGS-B followed by the Newton
+    polish, until the certificate accepts; (θ, its computed gradient, iterations) of the last."""
+    theta, grad, its = newton(backend, start, acc, max_newton=max_newton)
+    ok, grad = certify(backend, acc, theta, grad)
+    if not ok and np.any(start != 0.0):
+        theta, grad, more = newton(backend, np.zeros(acc.d), acc, max_newton=max_newton)
+        its += more
+        ok, grad = certify(backend, acc, theta, grad)
+    if not ok:
+        x0 = lbfgs_start(backend, acc)
+        theta, grad, more = newton(backend, x0, acc, max_newton=max_newton)
+        its += more
+        ok, grad = certify(backend, acc, theta, grad)
+    return theta, grad, its
+
+
+def solve_erm(backend: Backend, acc: ERMAccuracy, *, max_newton: int = 100) -> ERMSolution:
+    """Minimise G(θ) = Σ w ℓ(y vᵀθ) + (γ/2)‖θ‖² over the backend's rows to within
+    ``acc.distance`` of the exact minimiser, whatever the data: never raises on the data.
+
+    The fast path (:func:`fast_path`: Newton from the warm start, from θ = 0, L-BFGS-B and the
+    Newton polish) ends at a θ the certificate accepts, or else the guaranteed fallback
+    (:func:`dpcausal.solvers.erm_accuracy.guaranteed_descent`) runs its public number of steps
+    from there. Either way ‖θ − θ̂‖ ≤ ``acc.distance`` (the module docstring of
+    :mod:`dpcausal.solvers.erm_accuracy`), so a sensitivity that adds 2·distance holds for the
+    returned θ, and nothing that leaves the process depends on which way it ended except the
+    running time. The backend's pieces are (v, y, w): rows with ‖v_i‖ ≤ 1, labels ±1, weights in
+    [0, W(1 + 6u)] (:data:`dpcausal.solvers.erm_passes.Part`).
     """
-    if gamma <= 0:
+    if acc.gamma <= 0:
         raise ValueError("gamma must be > 0")
-    h = loss.h
-    start = warm_start(backend, d=d, gamma=gamma, loss=loss, grad_tol=grad_tol)
-    theta, gnorm, its = newton(backend, start, gamma=gamma, h=h, grad_tol=grad_tol,
-                               max_newton=max_newton)
-    if not gnorm <= grad_tol and np.any(start != 0.0):  # NaN too, as erm
-        theta, gnorm, more = newton(backend, np.zeros(d), gamma=gamma, h=h,
-                                    grad_tol=grad_tol, max_newton=max_newton)
-        its += more
-    if not gnorm <= grad_tol:
-        x0 = lbfgs_start(backend, d=d, gamma=gamma, h=h, grad_tol=grad_tol)
-        theta, gnorm, more = newton(backend, x0, gamma=gamma, h=h, grad_tol=grad_tol,
-                                    max_newton=max_newton)
-        its += more
-    if gnorm <= grad_tol:
-        return ERMSolution(theta, gnorm, its)
-    raise SolverError(
-        f"the weighted ERM solve did not reach its stated gradient tolerance {grad_tol:.3g}, "
-        "so its sensitivity bound would not hold; try a larger gamma, or report this as a bug"
-    )
+    start = warm_start(backend, acc)
+    theta, grad, its = fast_path(backend, acc, start, max_newton=max_newton)
+    if acc.accepts(theta, grad):
+        return ERMSolution(theta, float(np.linalg.norm(grad)), its, certified=True)
+    theta = guaranteed_descent(backend, theta, acc)
+    return ERMSolution(theta, float("nan"), its + acc.fallback_steps, certified=False)
 
 
-def solve_weighted_erm(
-    v: FloatArray,
-    y: FloatArray,
-    w: FloatArray,
-    *,
-    gamma: float,
-    loss: HuberHinge,
-    grad_tol: float,
-    max_newton: int = 100,
-) -> ERMSolution:
-    """Minimise G over the rows (v, y, w) held in memory to ‖∇G(θ)‖ ≤ ``grad_tol``: :func:`solve_erm`
-    on the one-piece backend.
-
-    Raises
-    ------
-    SolverError
-        When the tolerance is not reached (never returns an inexact solution silently).
-    """
+def solve_weighted_erm(v: FloatArray, y: FloatArray, w: FloatArray, acc: ERMAccuracy, *,
+                       max_newton: int = 100) -> ERMSolution:
+    """Minimise G over the rows (v, y, w) held in memory: :func:`solve_erm` on the one-piece
+    backend (``acc.n`` must be the number of rows)."""
     if np.any(w < 0):
         raise ValueError("weights must be >= 0 for the objective to be convex")
     part = (np.asarray(v, dtype=np.float64), np.asarray(y, dtype=np.float64),
             np.asarray(w, dtype=np.float64))
-    return solve_erm(InMemory(part, part[1].size), d=part[0].shape[1], gamma=gamma, loss=loss,
-                     grad_tol=grad_tol, max_newton=max_newton)
+    if part[1].size != acc.n or part[0].shape[1] != acc.d:
+        raise ValueError("the accuracy certificate was built for another shape")
+    return solve_erm(InMemory(part, part[1].size), acc, max_newton=max_newton)

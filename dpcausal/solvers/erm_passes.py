@@ -6,7 +6,9 @@ pieces is the gradient at exactly the θ it names (the certificate of :func:`~dp
 solve_erm`), and each is a sum over rows, so it is the same (to rounding) however the rows are cut
 into pieces.
 
-* **gradient pass** (:func:`grad_hess`): Σ w ℓ'(y vᵀθ) y v and the Hessian Σ_quad w v vᵀ/(2h);
+* **gradient pass** (:func:`grad_hess`): Σ w ℓ'(y vᵀθ) y v and the Hessian Σ_quad w v vᵀ/(2h)
+  (:func:`gradient_pass`: the gradient alone); every gradient is summed in blocks of
+  ``SUM_CHUNK`` rows added exactly rounded, so its rounding error has a public bound;
 * **line pass** (:func:`step_pass`): along φ(t) = G(θ − t·step), at K sorted points t, φ'(t) and
   φ''(t), Σ|w u| and the breakpoints of φ' between neighbouring points (:func:`line_derivative`),
   plus the gradient and Hessian at one or two candidate points, so that an accepted candidate
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+
+from dpcausal.numerics import SUM_CHUNK, exact_total
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -46,8 +50,17 @@ def _hessian(v: FloatArray, w: FloatArray, z: FloatArray, h: float) -> FloatArra
 
 def _gradients(v: FloatArray, y: FloatArray, w: FloatArray, z: FloatArray, h: float
                ) -> FloatArray:
-    """Σ w ℓ'(z) y v for each row of the margins ``z`` (k × n): a k × d array, one pass over v."""
-    return (w * y * huber_dloss(z, h)) @ v
+    """Σ w ℓ'(z) y v for each row of the margins ``z`` (k × n): a k × d array, one pass over v,
+    summed in blocks of ≤ ``SUM_CHUNK`` rows whose partial sums are added exactly rounded, so it
+    errs by ≤ γ_{SUM_CHUNK+1}·Σ|terms| whatever the piece's size (the bound
+    :attr:`dpcausal.solvers.erm_accuracy.ERMAccuracy.grad_allowance` uses; one BLAS sum over all
+    rows would err by γ_n·Σ|terms|, which overtakes a tolerance of 1e-6·W at n ≈ 3·10⁴)."""
+    coef = w * y * huber_dloss(z, h)
+    n = y.size
+    if n <= SUM_CHUNK:
+        return np.asarray(coef @ v, dtype=np.float64)
+    return np.asarray(exact_total([coef[:, lo:lo + SUM_CHUNK] @ v[lo:lo + SUM_CHUNK]
+                                   for lo in range(0, n, SUM_CHUNK)]), dtype=np.float64)
 
 
 def _margins(v: FloatArray, y: FloatArray, points: list[FloatArray]) -> FloatArray:
@@ -110,6 +123,12 @@ def grad_hess(part: Part, start: int, *, theta: FloatArray, h: float
     v, y, w = part
     z = _margins(v, y, [theta])
     return _gradients(v, y, w, z, h)[0], _hessian(v, w, z[0], h)
+
+
+def gradient_pass(part: Part, start: int, *, theta: FloatArray, h: float) -> FloatArray:
+    """Σ_batch w ℓ'(y vᵀθ) y v alone, blocked (the certificate's and the fallback's pass)."""
+    v, y, w = part
+    return _gradients(v, y, w, _margins(v, y, [theta]), h)[0]
 
 
 def hessian(part: Part, start: int, *, theta: FloatArray, h: float) -> FloatArray:

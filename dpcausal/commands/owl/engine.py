@@ -4,7 +4,8 @@ same solver (:func:`dpcausal.solvers.erm.solve_erm`) with its data passes run ba
 
 Every row is validated, clipped and mapped (``prepare``: outcome clipped to the public bounds,
 covariates clipped and scaled so ‖v_i‖ ≤ 1) before it enters any sum, and the solve stops at the
-same certificate ‖∇G(θ)‖ ≤ τ as in memory, so the sensitivity (2W + 2τ)/γ of
+same certificate (or the same guaranteed fallback) as in memory, so the sensitivity
+(2W + 2(τ + A))/γ of
 :func:`dpcausal.commands.owl.privacy.mechanism` holds unchanged. The ℓ2-Laplace noise is drawn
 once, here on the client, by that mechanism.
 """
@@ -45,7 +46,7 @@ def run(spec: OwlSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, pd.Dat
     setup = build_setup(spec)
     gamma = float(plan.details["gamma"])
     engine.load(functools.partial(prepare_batch, spec, setup))
-    sol = solve_erm(engine, d=setup.fmap.dim, gamma=gamma, loss=setup.loss,
-                           grad_tol=setup.grad_tol)
-    theta = noise.release(mechanism(setup, gamma, spec.privacy.epsilon), sol.theta)
+    sol = solve_erm(engine, setup.accuracy(gamma, engine.n_rows))
+    theta = noise.release(mechanism(setup, gamma, spec.privacy.epsilon, engine.n_rows),
+                          sol.theta)
     return build_release(spec, setup, theta, plan, side, {"engine": engine.description})

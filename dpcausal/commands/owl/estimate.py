@@ -20,9 +20,9 @@ FloatArray = npt.NDArray[np.float64]
 
 
 def fit_nonprivate(setup: OwlSetup, data: Prepared, gamma: float) -> FloatArray:
-    """θ̂ = argmin Σ w_i ℓ(y_i v_iᵀθ) + (γ/2)‖θ‖², to ‖∇‖ ≤ τ. Not a release: noise it first."""
-    sol = solve_weighted_erm(data.v, data.y, data.w, gamma=gamma, loss=setup.loss,
-                             grad_tol=setup.grad_tol)
+    """θ̂ = argmin Σ w_i ℓ(y_i v_iᵀθ) + (γ/2)‖θ‖², within the public distance of
+    ``setup.accuracy(γ, n)``. Not a release: noise it first."""
+    sol = solve_weighted_erm(data.v, data.y, data.w, setup.accuracy(gamma, data.y.size))
     return sol.theta
 
 
@@ -33,6 +33,6 @@ def run(spec: OwlSpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, p
     gamma = float(plan.details["gamma"])
     data = prepare(spec, setup, frame, spec.data.path)
     theta_hat = fit_nonprivate(setup, data, gamma)
-    theta = noise.release(mechanism(setup, gamma, spec.privacy.epsilon), theta_hat)
+    theta = noise.release(mechanism(setup, gamma, spec.privacy.epsilon, data.y.size), theta_hat)
     del theta_hat
     return build_release(spec, setup, theta, plan, side)

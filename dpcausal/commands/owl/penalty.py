@@ -72,7 +72,7 @@ def shrinkage(lam: float) -> float:
 def margin_halfwidth(setup: OwlSetup, lam: float, *, n: int, epsilon: float,
                      alpha: float) -> float:
     """h(λ): the plan's (1 − α) margin half-width (a row with ‖v(x)‖ = 1) at λ."""
-    event = mechanism(setup, gamma_of(lam, n, setup), epsilon).event()
+    event = mechanism(setup, gamma_of(lam, n, setup), epsilon, n).event()
     return rule_noise(event, alpha).margin_halfwidth_max(setup.fmap.dim)
 
 

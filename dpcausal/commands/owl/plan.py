@@ -38,21 +38,23 @@ def plan(spec: OwlSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
         gamma = spec.owl.gamma
         gamma_source = {"source": "spec (gamma, in outcome units × rows)"}
     elif spec.owl.ridge_lambda in (None, "total"):
-        acc = spec.accuracy
-        limit = (acc.max_halfwidth if acc.max_halfwidth is not None
-                 and acc.quantity in (None, "margin") else KAPPA)
+        want = spec.accuracy
+        limit = (want.max_halfwidth if want.max_halfwidth is not None
+                 and want.quantity in (None, "margin") else KAPPA)
         choice = choose_lambda(setup, n=n_rows, epsilon=spec.privacy.epsilon,
-                               alpha=acc.alpha, kappa=min(KAPPA, limit))
+                               alpha=want.alpha, kappa=min(KAPPA, limit))
         gamma = gamma_of(choice.lam, n_rows, setup)
         gamma_source = {"source": "total-error rule (lambda: total)", **choice.to_dict()}
     else:
         gamma = gamma_of(float(spec.owl.ridge_lambda), n_rows, setup)
         gamma_source = {"source": "spec (lambda, unit-free)"}
     lam = gamma / (n_rows * setup.weight_bound)
-    mech = mechanism(setup, gamma, spec.privacy.epsilon)
+    mech = mechanism(setup, gamma, spec.privacy.epsilon, n_rows)
+    acc = setup.accuracy(gamma, n_rows)
     event = mech.event()
     params = {**event.params, "gamma": gamma, "weight_bound_W": setup.weight_bound, "C": 0.0,
-              "solver_grad_tol": setup.grad_tol, "huber_h": setup.loss.h}
+              "solver_grad_tol": acc.stop_tol, "solver_distance_bound": acc.distance,
+              "solver_fallback_steps": acc.fallback_steps, "huber_h": setup.loss.h}
     event = type(event)(**{**event.to_dict(), "params": params})
     sec = spec.owl
     propensity = (

@@ -17,13 +17,15 @@ from dpcausal.commands.owl.spec import OwlSpec, PropensityColumn, RffSpec
 from dpcausal.errors import DataError, MissingBoundsError, SpecError
 from dpcausal.frames import numeric_column, numeric_columns, same_file
 from dpcausal.method import SideInput
+from dpcausal.numerics import UNIT_ROUNDOFF
 from dpcausal.solvers.erm import HuberHinge
+from dpcausal.solvers.erm_accuracy import ERMAccuracy
 
 FloatArray = npt.NDArray[np.float64]
 ETA_SHARE = 1e-4
 """The default η: this share of the outcome range U − L (unit-free)."""
 GRAD_TOL_PER_W = 1e-6
-"""The solver stops at ‖∇G‖ ≤ τ = 1e-6·W (sum form); Δ then carries the slack 2τ/γ."""
+"""The requested tolerance τ = 1e-6·W on ‖∇G‖ (sum form); Δ carries the slack 2(τ + A)/γ."""
 
 
 @dataclass(frozen=True)
@@ -46,14 +48,20 @@ class OwlSetup:
         """W = (U − L + η)/π_min: every weight B′/π(A|x) lies in [0, W]."""
         return (self.upper - self.lower + self.eta) / self.pi_min
 
-    @property
-    def grad_tol(self) -> float:
-        """The solver's gradient tolerance τ on the sum-form objective."""
-        return GRAD_TOL_PER_W * self.weight_bound
+    def accuracy(self, gamma: float, n: int) -> ERMAccuracy:
+        """The solve's public accuracy certificate for n rows (requested τ = 1e-6·W, raised to
+        4× the rounding allowance when below it)."""
+        return ERMAccuracy(n, self.fmap.dim, self.weight_bound, gamma, self.loss.h,
+                           GRAD_TOL_PER_W * self.weight_bound)
 
-    def sensitivity(self, gamma: float) -> float:
-        """Δ₂(θ̂) = (2W + 2τ)/γ: Corollary 1 with C = 0, plus the inexact-solve slack."""
-        return (2.0 * self.weight_bound + 2.0 * self.grad_tol) / gamma
+    def sensitivity(self, gamma: float, n: int) -> float:
+        """Δ₂(θ̂) = (2W + 2(τ + A))/γ: Corollary 1 with C = 0 (2W/γ for the exact minimisers),
+        plus twice the public distance (τ + A)/γ of whatever the solver returns from the exact
+        minimiser (:class:`dpcausal.solvers.erm_accuracy.ERMAccuracy`; A also covers the
+        computed weights' excess over W)."""
+        acc = self.accuracy(gamma, n)
+        return (2.0 * self.weight_bound + 2.0 * gamma * acc.distance
+                + 12.0 * UNIT_ROUNDOFF * self.weight_bound) / gamma
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,8 @@ def tune_gamma(spec: OwlSpec, setup: OwlSetup, public: pd.DataFrame, *, n: int,
         tr = Prepared(data.v[train], data.y[train], data.b_shifted[train], data.pi_received[train])
         va = Prepared(data.v[valid], data.y[valid], data.b_shifted[valid], data.pi_received[valid])
         for i, gamma in enumerate(grid):
-            theta = mechanism(setup, gamma, epsilon).release(fit_nonprivate(setup, tr, gamma), rng=rng)
+            theta = mechanism(setup, gamma, epsilon, tr.y.size).release(
+                fit_nonprivate(setup, tr, gamma), rng=rng)
             scores[i, j] = value_hajek(va.v @ theta > 0.0, va)
     mean = scores.mean(axis=1)
     best = int(np.flatnonzero(mean == mean.max())[0])
