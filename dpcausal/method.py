@@ -3,16 +3,17 @@ releases (:class:`Release`)."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import pandas as pd
-
 from dpcausal.accounting.plan import PrivacyPlan
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from dpcausal.spec.base import CommonSpec
 
 
@@ -72,6 +73,22 @@ class MethodDef:
     side_inputs: Callable[[Any], Mapping[str, SideInput]]
     plan: PlanFn
     run: RunFn
+
+
+def lazy(target: str) -> Callable[..., Any]:
+    """``"package.module:function"`` as a callable that imports the module on its first call.
+
+    A command's ``run`` is named this way in its :class:`MethodDef`, so ``--dry-run`` (which only
+    plans) never imports the estimation code and what it loads (scipy's solvers, plotting).
+    """
+    module, _, name = target.partition(":")
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"Calls ``{target}`` (imported on first use)."
+    return call
 
 
 def no_side_inputs(spec: Any) -> dict[str, SideInput]:

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy import linalg
 
 from dpcausal.numerics import (
     SAFETY,
@@ -129,6 +128,8 @@ def solve_spd(hess: FloatArray, rhs: FloatArray) -> FloatArray:
         If the factorisation breaks down, which :func:`ridge_problem` excludes a priori (an
         internal error, never a refusal on the data).
     """
+    from scipy import linalg  # lazy: planning never solves
+
     try:
         factor = linalg.cho_factor(hess, lower=True, check_finite=True)
         return np.asarray(linalg.cho_solve(factor, rhs, check_finite=True), dtype=np.float64)

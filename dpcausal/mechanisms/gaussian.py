@@ -9,7 +9,6 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import optimize
 
 from dpcausal.accounting.events import PrivacyEvent, check_noise_scale
 from dpcausal.mechanisms._checks import check_epsilon, check_sensitivity
@@ -38,6 +37,8 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, l2_sensitivity: float)
         hi *= 2.0
     while _analytic_delta(lo, epsilon, l2_sensitivity) <= delta:
         lo /= 2.0
+    from scipy import optimize  # lazy: a run without an analytic Gaussian never loads it
+
     root = optimize.brentq(
         lambda s: _analytic_delta(s, epsilon, l2_sensitivity) - delta, lo, hi, xtol=1e-15, rtol=1e-13
     )

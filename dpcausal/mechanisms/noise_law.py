@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 import numpy.typing as npt
-from scipy import integrate, optimize, special, stats
+from scipy import special
 
 from dpcausal.accounting.events import PrivacyEvent
 
@@ -94,6 +94,8 @@ def laplace_sum_coverage(t: float, scales: npt.ArrayLike) -> float:
     def phi(u: float) -> float:
         return float(np.prod(1.0 / (1.0 + c2 * u * u)))
 
+    from scipy import integrate  # lazy: a plan without this law never loads it
+
     u0 = 1.0 / float(c.min())
     head, _ = integrate.quad(lambda u: math.sin(t * u) / u * phi(u) if u > 0 else t,
                              0.0, u0, limit=500, epsabs=1e-13, epsrel=1e-11)
@@ -118,6 +120,8 @@ def laplace_sum_halfwidth(scales: npt.ArrayLike, alpha: float) -> float:
         return laplace_halfwidth(float(c[0]), alpha)
     # |S| ≤ Σ|L_i|, and P(Σ|L_i| > Σ c_i ln(k/α)) ≤ α by a union bound: a bracket for the root
     hi = float(c.sum()) * math.log(c.size / alpha) + float(c.max())
+    from scipy import optimize  # lazy: see laplace_sum_coverage
+
     root = optimize.brentq(lambda t: laplace_sum_coverage(t, c) - (1.0 - alpha), 0.0, hi,
                            xtol=1e-12 * hi, rtol=1e-10)
     return float(root)
@@ -151,6 +155,8 @@ def l2_laplace_projection_tail(t: float, dim: int, scale: float) -> float:
     # cos φ ≈ x/d
     points = sorted({min(max(math.acos(min(1.0, x / d)), 1e-9), math.pi / 2 - 1e-9),
                      max(math.pi / 2 - 1.0 / math.sqrt(d), 1e-9)})
+    from scipy import integrate  # lazy: see laplace_sum_coverage
+
     val, _ = integrate.quad(integrand, 0.0, math.pi / 2, points=points, limit=500,
                             epsabs=1e-14, epsrel=1e-11)
     return min(1.0, max(0.0, float(val)))
@@ -170,7 +176,9 @@ def l2_laplace_projection_halfwidth(dim: int, scale: float, alpha: float) -> flo
     if dim == 1:
         return laplace_halfwidth(scale, alpha)
     # |R u₁| ≤ R, so the root lies below the radius's (1 − α) quantile
-    hi = float(stats.gamma.isf(alpha, a=dim, scale=scale))
+    hi = scale * float(special.gammainccinv(dim, alpha))  # Gamma(dim, scale)'s upper α quantile
+    from scipy import optimize  # lazy: see laplace_sum_coverage
+
     root = optimize.brentq(lambda t: l2_laplace_projection_tail(t, int(dim), scale) - alpha,
                            0.0, hi, xtol=1e-13 * hi, rtol=1e-11)
     return float(root)
@@ -180,14 +188,14 @@ def l2_laplace_norm_quantile(dim: int, scale: float, level: float) -> float:
     """The ``level`` quantile of ‖Z‖₂ = R ~ Gamma(dim, scale)."""
     check_alpha(level)
     _check_scale(scale)
-    return float(stats.gamma.ppf(level, a=dim, scale=scale))
+    return scale * float(special.gammaincinv(dim, level))
 
 
 def gaussian_norm_quantile(dim: int, sigma: float, level: float) -> float:
     """The ``level`` quantile of ‖Z‖₂ for Z ~ N(0, σ² I_dim): σ·sqrt(χ²_dim quantile)."""
     check_alpha(level)
     _check_scale(sigma)
-    return sigma * math.sqrt(float(stats.chi2.ppf(level, df=dim)))
+    return sigma * math.sqrt(2.0 * float(special.gammaincinv(dim / 2.0, level)))  # χ²_dim
 
 
 def exponential_utility_gap(temperature: float, n_candidates: int, alpha: float) -> float:

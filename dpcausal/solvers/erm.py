@@ -45,7 +45,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy import optimize
 
 from dpcausal.solvers.backend import Backend, InMemory
 from dpcausal.solvers.erm_accuracy import (
@@ -198,6 +197,8 @@ def lbfgs_start(backend: Backend, acc: ERMAccuracy) -> FloatArray:
         x = np.asarray(x, dtype=np.float64)
         value, grad = backend.map_sum(functools.partial(value_grad, theta=x, h=h))
         return float(value) + 0.5 * gamma * float(x @ x), grad + gamma * x
+
+    from scipy import optimize  # lazy: only this rare fallback needs it
 
     res = optimize.minimize(
         fun, np.zeros(d), jac=True, method="L-BFGS-B",

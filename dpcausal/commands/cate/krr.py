@@ -14,7 +14,6 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import linalg
 
 from dpcausal.errors import SolverError
 from dpcausal.mechanisms.gaussian_process import gaussian_kernel
@@ -103,6 +102,8 @@ def fit_krr(s: FloatArray, rho: FloatArray, phi: FloatArray, *, bandwidth: float
     SolverError
         When the tolerance is not reached (the sensitivity assumes the exact minimiser).
     """
+    from scipy import linalg  # lazy: planning never solves
+
     n = s.shape[0]
     kmat = gaussian_kernel(s, s, bandwidth) if kmat is None else kmat
     nl = n * lam0
@@ -184,6 +185,8 @@ class InfluenceVectors:
         d = np.sqrt(rho)
         sys_mat = kmat * d[:, None] * d[None, :]
         sys_mat[np.diag_indices_from(sys_mat)] += n * lam0
+        from scipy import linalg  # lazy: planning never solves
+
         factor = linalg.cho_factor(sys_mat, lower=True, check_finite=False, overwrite_a=True)
         kqx = gaussian_kernel(queries, points, bandwidth)
         b = linalg.cho_solve(factor, (kqx * d[None, :]).T, check_finite=False).T * d[None, :]

@@ -26,8 +26,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import linalg
-from scipy.linalg import blas
 
 from dpcausal.commands.cate.krr import huber_derivative, huber_value
 from dpcausal.errors import SolverError
@@ -98,6 +96,8 @@ class RffFit:
 
 def _add_gram_upper(acc: FloatArray, z: FloatArray, weights: FloatArray, sign: float) -> None:
     """acc += sign·Zᵀdiag(weights)Z on the upper triangle, in place (BLAS syrk; ``acc`` F-ordered)."""
+    from scipy.linalg import blas  # lazy: planning never solves
+
     zw = z * np.sqrt(weights)[:, None]
     out = blas.dsyrk(sign, zw.T, beta=1.0, c=acc, trans=0, lower=0, overwrite_c=1)
     if out is not acc:  # pragma: no cover - BLAS wrapper made a copy
@@ -237,6 +237,8 @@ def solve_rff(backend: Backend, feats: FourierFeatures, *, n: int, lam0: float,
     p = feats.dim
     in_memory = isinstance(backend, InMemory)
     cache = FeatureCache(CACHE_MB if cache_mb is None else cache_mb) if in_memory else None
+    from scipy import linalg  # lazy: planning never solves
+
     stat: Any = functools.partial(rff_pass, feats=feats, c=huber_c, rows=rows, cache=cache)
     w = np.zeros(p)
     hess = np.zeros((p, p))

@@ -14,7 +14,6 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import linalg
 
 from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.mechanisms import L2LaplaceMechanism, LaplaceMechanism, ObjectivePerturbation
@@ -35,6 +34,8 @@ def ridge_coefficients(x_pre: FloatArray, y_pre: FloatArray, lam: float) -> Floa
     """
     if not (math.isfinite(lam) and lam > 0):
         raise ValueError(f"lambda must be finite and > 0, got {lam!r}")
+    from scipy import linalg  # lazy: planning never solves
+
     x = np.asarray(x_pre, dtype=np.float64)
     y = np.asarray(y_pre, dtype=np.float64)
     n, t0 = x.shape
@@ -268,6 +269,8 @@ def objective_coefficients(
 
     ``b`` is the draw of :func:`objective_perturbation` (through the run's noise guard).
     """
+    from scipy import linalg  # lazy: planning never solves
+
     x = np.asarray(x_pre, dtype=np.float64)
     n = x.shape[0]
     a = 2.0 * (x @ x.T)

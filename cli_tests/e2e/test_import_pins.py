@@ -1,0 +1,81 @@
+"""Issue 24: a run imports only what it needs — the heavy modules each command's ``--dry-run`` and
+release load are pinned.
+
+Start-up is most of a small run (importing scipy.stats alone costs more CPU than owl's fit at 10⁴
+rows), so a heavy import that creeps onto a path it does not need must be a visible change. For
+each command one fresh interpreter runs the sample spec with ``--dry-run``, records which of
+:data:`HEAVY` are loaded, then runs the release (into a temporary directory and ledger) and records
+them again. A change that loads more (or, after an improvement, fewer) updates the pin here, on
+purpose.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli_tests.helpers import REPO
+
+HEAVY = ("pandas", "pyarrow", "scipy.special", "scipy.stats", "scipy.optimize",
+         "scipy.integrate", "scipy.linalg", "matplotlib", "cvxpy", "sklearn", "dask",
+         "distributed")
+"""Modules whose import costs a noticeable share of a small run (0.1-0.8 CPU-s each here)."""
+
+BASE = ("pandas", "pyarrow", "scipy.special")
+"""What every command loads to plan: reading the table schema and the noise laws."""
+
+DRY_RUN: dict[str, tuple[str, ...]] = {
+    "select-policy": BASE,
+    "cate": (*BASE, "scipy.optimize", "scipy.linalg"),  # the analytic Gaussian's σ (brentq)
+    "synth-control": BASE,
+    # the ℓ2-Laplace projection half-width of the accuracy report (quad + brentq)
+    "owl": (*BASE, "scipy.optimize", "scipy.integrate", "scipy.linalg"),
+    "two-stage": BASE,
+}
+
+RELEASE: dict[str, tuple[str, ...]] = {
+    "select-policy": (*BASE, "scipy.linalg"),
+    # scipy.stats: the Sobol grid of the GP path (qmc)
+    "cate": (*BASE, "scipy.stats", "scipy.optimize", "scipy.integrate", "scipy.linalg",
+             "matplotlib"),
+    "synth-control": (*BASE, "matplotlib"),
+    "owl": (*BASE, "scipy.optimize", "scipy.integrate", "scipy.linalg", "matplotlib"),
+    # cvxpy: the interior-point warm start of the ℓ1-ball QP, when the constraint is active
+    "two-stage": (*BASE, "scipy.stats", "scipy.optimize", "scipy.integrate", "scipy.linalg",
+                  "matplotlib", "cvxpy"),
+}
+
+SCRIPT = """
+import json, sys
+from dpcausal.cli import app
+heavy = {heavy!r}
+loaded = {{}}
+for name, args in (("dry_run", {dry!r}), ("release", {release!r})):
+    try:
+        app(args)
+    except SystemExit as exc:
+        if exc.code:
+            raise
+    loaded[name] = sorted(m for m in heavy if m in sys.modules)
+print(json.dumps(loaded))
+"""
+
+
+@pytest.mark.parametrize("command", sorted(DRY_RUN))
+def test_heavy_imports_of_dry_run_and_release_are_pinned(command: str, tmp_path: Path) -> None:
+    spec = f"configs/{command.replace('-', '_')}.yaml"
+    dry = [command, "--spec", spec, "--ledger", str(tmp_path / "ledger.jsonl"), "--dry-run",
+           "--quiet"]
+    release = [command, "--spec", spec, "--ledger", str(tmp_path / "ledger.jsonl"),
+               "--out", str(tmp_path / "out"), "--quiet"]
+    script = SCRIPT.format(heavy=HEAVY, dry=dry, release=release)
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         cwd=REPO, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    loaded = json.loads(res.stdout.strip().splitlines()[-1])
+    assert loaded["dry_run"] == sorted(DRY_RUN[command]), loaded
+    assert loaded["release"] == sorted(RELEASE[command]), loaded
