@@ -42,8 +42,8 @@ Pair = tuple[str, pd.DataFrame | None, pd.DataFrame]
 
 
 def audit_spec(spec: SynthControlSpec) -> SynthControlSpec:
-    """The spec to audit: with ``scaling: scale``, bounds.outcome widened to [−B, B],
-    B = max(|lo|, |hi|).
+    """The spec to audit: without the figure (its releases are compared, never drawn) and, with
+    ``scaling: scale``, bounds.outcome widened to [−B, B], B = max(|lo|, |hi|).
 
     Notes
     -----
@@ -57,6 +57,8 @@ def audit_spec(spec: SynthControlSpec) -> SynthControlSpec:
     ``affine`` already maps [lo, hi] onto [−1, 1], and ``method: capped`` has no such mapping (its
     planted pairs reach its sensitivities on the spec's own bounds): unchanged.
     """
+    spec = spec.model_copy(update={
+        "synth_control": spec.synth_control.model_copy(update={"plot": False})})
     omap = OutcomeMap.from_spec(spec)
     if (spec.synth_control.method == "capped" or spec.synth_control.scaling != "scale"
             or -omap.lo == omap.hi):

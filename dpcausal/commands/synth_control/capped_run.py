@@ -96,9 +96,11 @@ def run_capped(spec: SynthControlSpec, layout: PanelLayout, x_raw: FloatArray, y
     if mechs.choice is not None:
         release.tables["weights"] = pd.DataFrame({
             "unit": [_plain(u) for u in layout.donors], "weight": chosen / k})
-    release.figures["synth_control.png"] = plot_capped_png(
-        table, target=str(_plain(layout.target)), epsilon=spec.privacy.epsilon,
-        average=doc["average_post_effect"], bounds=(scales.lo, scales.hi), level=1.0 - alpha)
+    if spec.synth_control.plot:
+        release.figures["synth_control.png"] = plot_capped_png(
+            table, target=str(_plain(layout.target)), epsilon=spec.privacy.epsilon,
+            average=doc["average_post_effect"], bounds=(scales.lo, scales.hi),
+            level=1.0 - alpha)
     release.summary.update({
         "average_post_effect": doc["average_post_effect"]["estimate"],
         "average_post_effect_interval": [doc["average_post_effect"]["interval"]["lo"],

@@ -107,12 +107,12 @@ def run(spec: SynthControlSpec, frame: pd.DataFrame, plan: PrivacyPlan,
         release.tables["weights"] = pd.DataFrame({
             "unit": [_plain(d) for d in layout.donors], "weight": f_out})
     target = str(_plain(layout.target))
-    if isinstance(avg, dict):
+    if spec.synth_control.plot and isinstance(avg, dict):
         release.figures["synth_control.png"] = plot_capped_png(
             table, target=target, epsilon=spec.privacy.epsilon, average=avg, bounds=bounds,
             level=1.0 - acc.alpha if acc is not None else 0.95,
             title=f"DPSC_out (the paper's method), {plan.details['sensitivity']} Δ")
-    else:
+    elif spec.synth_control.plot:
         release.figures["synth_control.png"] = plot_png(
             table, target=target, epsilon=spec.privacy.epsilon,
             title_note="DPSC_obj: NO DP GUARANTEE")

@@ -169,6 +169,10 @@ class SynthControlSection(StrictModel):
     release_weights: bool = False
     """Also write the private donor weights f_out to weights.csv (default false);
     post-processing of the release, no extra ε."""
+    plot: bool = True
+    """Write synth_control.png (default true): the observed and released counterfactual paths and
+    the effect, drawn from the released table only (no extra ε); false skips the figure (and
+    matplotlib)."""
     c: PositiveFinite | None = None
     """DPSC_obj only: the Hessian-change bound; default T0(1 + √(16n − 15)) (spec §4.3)."""
 
