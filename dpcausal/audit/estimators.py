@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
+from scipy import special
 
 from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.mechanisms.exponential import ExponentialMechanism
@@ -108,9 +108,11 @@ class LowerBound:
 
 
 def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
-    """Two-sided (1 − alpha) Clopper–Pearson interval of a binomial proportion."""
-    lo = 0.0 if k == 0 else float(stats.beta.ppf(alpha / 2, k, n - k + 1))
-    hi = 1.0 if k == n else float(stats.beta.ppf(1 - alpha / 2, k + 1, n - k))
+    """Two-sided (1 − alpha) Clopper–Pearson interval of a binomial proportion (its Beta
+    quantiles by the inverse regularised incomplete beta, as ``scipy.stats.beta.ppf`` computes
+    them, without importing scipy.stats)."""
+    lo = 0.0 if k == 0 else float(special.betaincinv(k, n - k + 1, alpha / 2))
+    hi = 1.0 if k == n else float(special.betaincinv(k + 1, n - k, 1 - alpha / 2))
     return lo, hi
 
 
