@@ -44,9 +44,7 @@ RELEASE: dict[str, tuple[str, ...]] = {
              "matplotlib"),
     "synth-control": (*BASE, "matplotlib"),
     "owl": (*BASE, "scipy.optimize", "scipy.integrate", "scipy.linalg", "matplotlib"),
-    # cvxpy: the interior-point warm start of the ℓ1-ball QP, when the constraint is active
-    "two-stage": (*BASE, "scipy.stats", "scipy.optimize", "scipy.integrate", "scipy.linalg",
-                  "matplotlib", "cvxpy"),
+    "two-stage": (*BASE, "matplotlib"),
 }
 
 SCRIPT = """

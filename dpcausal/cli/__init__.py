@@ -14,6 +14,7 @@ from dpcausal.cli import ledger as ledger_cli
 from dpcausal.cli._run import guarded
 from dpcausal.cli.options import Command, Group
 from dpcausal.cli.release import release_command
+from dpcausal.cli.threads import set_blas_threads
 from dpcausal.commands import COMMANDS, by_name
 
 app = typer.Typer(
@@ -61,5 +62,11 @@ def schema(command: Annotated[str, typer.Argument(
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: the BLAS thread count (:mod:`dpcausal.cli.threads`), then the
+    command."""
+    try:
+        set_blas_threads()
+    except ValueError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        sys.exit(2)
     app()
