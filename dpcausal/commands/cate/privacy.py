@@ -12,6 +12,9 @@ from dpcausal.learners.dp_ridge import DPRidgeArms
 from dpcausal.mechanisms import GaussianProcessMechanism
 from dpcausal.mechanisms.gaussian_vector import GaussianNoiseVector
 
+LEGACY_L2 = 0.05
+"""The nuisance penalties of the τ(x) release when the spec gives none."""
+
 
 def nuisance_learners(spec: CateSpec, setup: CateSetup) -> tuple[DPLogistic, DPRidgeArms]:
     """Stage-1 learners with their shares of (ε, δ) on D̃.
@@ -30,9 +33,9 @@ def nuisance_learners(spec: CateSpec, setup: CateSetup) -> tuple[DPLogistic, DPR
     eps, dlt = spec.privacy.epsilon, spec.privacy.delta
     nu = spec.cate.nuisance
     s = nu.propensity_share
-    prop = DPLogistic(setup.box, nu.propensity_l2, eps * s, dlt * s, setup.n_nuisance)
-    out = DPRidgeArms(setup.box, nu.outcome_l2, setup.y_bounds, eps * (1 - s), dlt * (1 - s),
-                      setup.n_nuisance)
+    prop = DPLogistic(setup.box, nu.propensity_l2 or LEGACY_L2, eps * s, dlt * s, setup.n_nuisance)
+    out = DPRidgeArms(setup.box, nu.outcome_l2 or LEGACY_L2, setup.y_bounds, eps * (1 - s),
+                      dlt * (1 - s), setup.n_nuisance)
     return prop, out
 
 
