@@ -106,7 +106,7 @@ def simulate(kind: str, eps: float, reps: int, ate: dict[str, Any], seed: int,
         out["est"].append(doc["estimate"])
         out["lo"].append(t["lo"])
         out["hi"].append(t["hi"])
-        est, h = reference_aipw(frame, cov, spec.cate.kappa, spec.cate.ate_spec.alpha,
+        est, h = reference_aipw(frame, cov, spec.cate.kappa, spec.accuracy.alpha,
                                 ate.get("propensity"))
         out["ref_est"].append(est)
         out["ref_h"].append(h)

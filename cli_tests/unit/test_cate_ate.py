@@ -316,7 +316,14 @@ def test_release_document_and_table() -> None:
     assert doc["interval"]["kind"] == "noise"
     assert doc["total_interval"]["kind"] == "total"
     assert {e["stage"] for e in doc["events"]} == {e.stage for e in pl.events}
-    assert rel.summary["ate"] == doc["estimate"]
+    assert rel.summary["ate"]["estimate"] == doc["estimate"]
+    assert rel.summary["ate"]["total_interval"] == doc["total_interval"]
+    assert rel.summary["alpha"] == 0.05
+    assert [a.quantity for a in pl.accuracy] == ["ate"]
+    assert pl.accuracy[0].headline and pl.accuracy[0].bound
+    # the release's noise interval is never wider than the dry run's prediction
+    noise = doc["interval"]
+    assert (noise["hi"] - noise["lo"]) / 2 <= pl.accuracy[0].halfwidth * (1 + 1e-12)
 
 
 def test_public_sd_bound_interval() -> None:

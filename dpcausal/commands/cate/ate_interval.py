@@ -66,13 +66,14 @@ def normal_laplace_cdf(x: npt.ArrayLike, s: float, b: float) -> FloatArray:
     return np.asarray(np.clip(out, 0.0, 1.0), dtype=np.float64)
 
 
-def _tilted(x: FloatArray, s: float, b: float) -> FloatArray:
+def _tilted(x: FloatArray, s: float | FloatArray, b: float) -> FloatArray:
     """e^{s²/(2b²) − x/b}·Φ(x/s − s/b), without cancellation: where z = s/b − x/s > 0 it equals
     ½e^{−x²/(2s²)}·erfcx(z/√2) (Φ(−z) = ½erfcx(z/√2)e^{−z²/2}, and the exponents add up to
     −x²/(2s²)); elsewhere the log-space product (no large terms cancel there)."""
     z = s / b - x / s
     pos = np.maximum(z, 0.0)
-    scaled = 0.5 * np.exp(-x * x / (2.0 * s * s)) * special.erfcx(pos / math.sqrt(2.0))
+    with np.errstate(under="ignore"):
+        scaled = 0.5 * np.exp(-x * x / (2.0 * s * s)) * special.erfcx(pos / math.sqrt(2.0))
     with np.errstate(over="ignore"):
         direct = np.exp(np.minimum(s * s / (2.0 * b * b) - x / b + special.log_ndtr(-z), 700.0))
     return np.asarray(np.where(z > 0, scaled, direct), dtype=np.float64)
@@ -125,22 +126,37 @@ def _halfwidth_unit(u: FloatArray, alpha: float) -> FloatArray:
     return np.asarray(out, dtype=np.float64)
 
 
+@functools.lru_cache(maxsize=1)
+def _laguerre() -> tuple[FloatArray, FloatArray]:
+    """Nodes and weights of the Gauss–Laguerre rule (LAGUERRE_NODES; computed once)."""
+    t, w = np.polynomial.laguerre.laggauss(LAGUERRE_NODES)
+    return np.asarray(t, dtype=np.float64), np.asarray(w, dtype=np.float64)
+
+
+def _unit_coverage(h: FloatArray, s: FloatArray) -> FloatArray:
+    """P(|sZ + L| ≤ h) for L ~ Laplace(1), elementwise over broadcast ``h`` and ``s`` (s ≥ 0):
+    :func:`normal_laplace_coverage` at b = 1 for a whole grid of s at once."""
+    s_pos = np.where(s > 0, s, 1.0)  # rows with s = 0 are replaced below
+    cdf = special.ndtr(h / s_pos) - 0.5 * _tilted(h, s_pos, 1.0) + 0.5 * _tilted(-h, s_pos, 1.0)
+    normal_laplace = 2.0 * np.clip(cdf, 0.0, 1.0) - 1.0
+    out = np.where(s > 0, normal_laplace, 1.0 - np.exp(-h))  # s = 0: the Laplace alone
+    return np.asarray(np.where(h > 0, out, 0.0), dtype=np.float64)
+
+
 def _worst_deficit(k: float, ratio_beta: float, alpha: float) -> float:
     """min over s²/b² of the coverage of τ̃ ± H(max(w̃ + kβ, 0)) minus that of τ̃ ± H(s²)
     (b = 1, β = ratio_beta): the coverage the estimated variance loses, the same interpolated
-    H on both sides so that its interpolation error cancels."""
-    t, w = np.polynomial.laguerre.laggauss(LAGUERRE_NODES)
+    H on both sides so that its interpolation error cancels. Vectorised over the grid of s²/b²
+    (and 0) × the quadrature nodes."""
+    t, w = _laguerre()
     noise = np.concatenate([ratio_beta * t, -ratio_beta * t])
     weights = np.concatenate([w, w]) / 2.0
-    worst = math.inf
-    for s2 in np.concatenate([[0.0], RATIO_GRID]):
-        est = np.maximum(s2 + noise + k * ratio_beta, 0.0)
-        h = _halfwidth_unit(np.sqrt(est), alpha)
-        cover = normal_laplace_coverage(h, math.sqrt(s2), 1.0)
-        exact = normal_laplace_coverage(_halfwidth_unit(np.array([math.sqrt(s2)]), alpha),
-                                        math.sqrt(s2), 1.0)
-        worst = min(worst, float(weights @ cover) - float(exact[0]))
-    return worst
+    s2 = np.concatenate([[0.0], RATIO_GRID])[:, None]
+    s = np.sqrt(s2)
+    est = np.maximum(s2 + noise[None, :] + k * ratio_beta, 0.0)
+    cover = _unit_coverage(_halfwidth_unit(np.sqrt(est), alpha), s) @ weights
+    exact = _unit_coverage(_halfwidth_unit(s, alpha), s)[:, 0]
+    return float(np.min(cover - exact))
 
 
 def variance_inflation(b: float, beta: float, alpha: float) -> float:

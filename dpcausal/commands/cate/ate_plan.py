@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 
 from dpcausal.accounting.events import PrivacyEvent
-from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.accounting.plan import PredictedAccuracy, PrivacyPlan
 from dpcausal.commands.cate.ate_interval import total_halfwidth, variance_inflation
+from dpcausal.commands.cate.ate_release import DENOMINATOR_ALPHA
 from dpcausal.commands.cate.ate_setup import (
     SPLIT,
     AteSetup,
@@ -84,31 +85,48 @@ def score_events(setup: AteSetup) -> list[PrivacyEvent]:
     return out
 
 
-def predicted(spec: CateSpec, setup: AteSetup) -> dict[str, Any]:
-    """The predicted half-widths at the public worst case of the nuisance models (a bound: the
-    release's own sensitivities are never larger)."""
+def predicted(spec: CateSpec, setup: AteSetup) -> tuple[PredictedAccuracy, ...]:
+    """The predicted half-widths (the dry run's accuracy table, ``accuracy.max_halfwidth`` and
+    the planner): the noise's at the public worst case of the nuisance models (a bound: the
+    release's own sensitivities are never larger), and the total one at the spec's
+    ``planning_sd`` or ``sd_bound`` when given (a prediction at that sd, not a bound)."""
     ate = spec.cate.ate_spec
-    alpha = ate.alpha
+    alpha = spec.accuracy.alpha
     b = setup.budget
     units = public_units(setup, ate.propensity)
     n = setup.n_scored
     weight = n * units["v_min"]
     noise_b = units["estimate"] / (b.estimate * weight)
-    out: dict[str, Any] = {
-        "noise_halfwidth": noise_b * math.log(1.0 / alpha),
-        "noise_law": f"Laplace of scale {noise_b:.4g} (at most; outcome units)",
-        "level": 1.0 - alpha,
-    }
+    name = "ate" if setup.weights == "clipped" else "ato"
+    noise_h = noise_b * math.log(1.0 / alpha)
+    law = f"Laplace of scale {noise_b:.4g} at the worst-case nuisance models"
+    if setup.weights == "overlap":  # the released denominator's noise, union-bounded at α/20
+        noise_h = noise_b * math.log(1.0 / (alpha * (1.0 - DENOMINATOR_ALPHA)))
+        y_lo, y_hi = setup.y_bounds
+        noise_h += ((y_hi - y_lo) * units["denominator"] / (b.denominator * weight)
+                    * math.log(1.0 / (alpha * DENOMINATOR_ALPHA)))
+        law += " + the denominator's Laplace term (union bound, at |ATO| = the outcome range)"
+    out = [PredictedAccuracy(name, "outcome units", noise_h, alpha, "noise", law, bound=True,
+                             headline=True,
+                             note="a larger ε, more rows, a larger propensity_clip, or "
+                                  "weights: overlap")]
     sd = ate.sd_bound if ate.variance == "bound" else ate.planning_sd
     if sd is not None:
         beta = (units["e_max"] ** 2 / (b.variance * weight * weight)
                 if ate.variance == "private" else 0.0)
         k = variance_inflation(noise_b, beta, alpha) if beta > 0 else 0.0
         s2 = sd * sd / n
-        out["total_halfwidth"] = total_halfwidth(math.sqrt(s2 + k * beta), noise_b, alpha)
-        out["total_at_sd"] = sd
-        out["sampling_only_halfwidth"] = total_halfwidth(math.sqrt(s2), 0.0, alpha)
-    return out
+        out.append(PredictedAccuracy(
+            f"{name}_total", "outcome units",
+            total_halfwidth(math.sqrt(s2 + k * beta), noise_b, alpha), alpha, "total",
+            f"normal sampling error at sd {sd:g} per row (cate.ate."
+            f"{'sd_bound' if ate.variance == 'bound' else 'planning_sd'}) + the noise",
+            bound=False))
+        out.append(PredictedAccuracy(
+            f"{name}_sampling_only", "outcome units", total_halfwidth(math.sqrt(s2), 0.0, alpha),
+            alpha, "total", f"the non-private interval at sd {sd:g} per row (for comparison)",
+            bound=False, n_search=True))
+    return tuple(out)
 
 
 def ate_plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
@@ -121,19 +139,16 @@ def ate_plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
         raise SpecError("cate.estimand: ate runs in memory only; remove the spec's engine section "
                         "and --engine", field="engine")
     events = nuisance_events(setup) + score_events(setup)
-    pred = predicted(spec, setup)
+    accuracy = predicted(spec, setup)
     details: dict[str, Any] = {
         "estimand": "ATE" if setup.weights == "clipped" else "ATO (overlap weights)",
         "nuisance_rows": setup.rows, "rows_fitting_nuisances": list(setup.n_nuisance),
         "rows_scored": setup.n_scored, "groups": len(ate.groups),
         "outcome_model": setup.outcome,
-        "predicted_noise_halfwidth": pred["noise_halfwidth"],
-        "interval_level": pred["level"],
     }
-    if "total_halfwidth" in pred:
-        details["predicted_total_halfwidth"] = pred["total_halfwidth"]
-        details["predicted_at_sd"] = pred["total_at_sd"]
-        details["sampling_only_halfwidth"] = pred["sampling_only_halfwidth"]
+    if ate.groups:
+        details["note_groups"] = ("a group's half-width grows like 1/(its size), which is private: "
+                                  "it is not predicted; its released size is in ate.csv")
     warnings = []
     for what, choice in (("propensity", setup.propensity_l2), ("outcome", setup.outcome_l2)):
         if choice is not None and math.isfinite(choice.kept):
@@ -178,9 +193,10 @@ def ate_plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
             "penalties": {k: c.to_dict() for k, c in (("propensity", setup.propensity_l2),
                                                      ("outcome", setup.outcome_l2))
                           if c is not None},
-            "variance": ate.variance, "sd_bound": ate.sd_bound, "interval_level": 1 - ate.alpha,
+            "variance": ate.variance, "sd_bound": ate.sd_bound, "interval_level": 1 - spec.accuracy.alpha,
             "groups": [g.model_dump() for g in ate.groups], "group_overlap_m": setup.overlap,
             "one_row_per_individual": True,
         },
         details=details,
+        accuracy=accuracy,
     )

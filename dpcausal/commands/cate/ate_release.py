@@ -59,12 +59,12 @@ def _overall(spec: CateSpec, setup: AteSetup, rel: Releases) -> Interval:
     ate = spec.cate.ate_spec
     b_eps = setup.budget
     denom = rel.units.get("denominator")
-    alpha = ate.alpha * (1.0 - DENOMINATOR_ALPHA) if denom else ate.alpha
+    alpha = spec.accuracy.alpha * (1.0 - DENOMINATOR_ALPHA) if denom else spec.accuracy.alpha
     b = rel.units["estimate"] / (b_eps.estimate * rel.big_v)
     extra = 0.0
     if denom:
         extra = (abs(rel.tau) * denom / (b_eps.denominator * rel.big_v)
-                 * math.log(1.0 / (ate.alpha * DENOMINATOR_ALPHA)))
+                 * math.log(1.0 / (spec.accuracy.alpha * DENOMINATOR_ALPHA)))
     noise_h = b * math.log(1.0 / alpha) + extra
     k = 0.0
     if ate.variance == "private":
@@ -87,14 +87,14 @@ def _groups(spec: CateSpec, setup: AteSetup, rel: Releases) -> list[Interval]:
     sums, sizes, gq = rel.groups
     two_m = 2.0 * setup.overlap
     bud = setup.budget
-    alpha = ate.alpha * (1.0 - DENOMINATOR_ALPHA)
+    alpha = spec.accuracy.alpha * (1.0 - DENOMINATOR_ALPHA)
     out = []
     for i, g in enumerate(ate.groups):
         w_g = float(sizes[i])
         d = float(sums[i]) / w_g
         b = two_m * rel.units["groups.sums"] / (bud.group_sums * w_g)
         extra = (abs(d) * two_m * rel.units["groups.sizes"] / (bud.group_sizes * w_g)
-                 * math.log(1.0 / (ate.alpha * DENOMINATOR_ALPHA)))
+                 * math.log(1.0 / (spec.accuracy.alpha * DENOMINATOR_ALPHA)))
         k = 0.0
         if gq is not None:
             beta = two_m * rel.units["groups.variance"] / (bud.group_variance * w_g * w_g)
@@ -146,8 +146,7 @@ def _effect(spec: CateSpec, name: str) -> str:
 def build_ate_release(spec: CateSpec, setup: AteSetup, plan: PrivacyPlan, rel: Releases
                       ) -> Release:
     """ate.json, ate.csv and the summary from the released statistics (no data)."""
-    ate = spec.cate.ate_spec
-    level = 1.0 - ate.alpha
+    level = 1.0 - spec.accuracy.alpha
     dy = setup.y_bounds[1] - setup.y_bounds[0]
     bounds = (-dy, dy)
     name = "ate" if setup.weights == "clipped" else "ato"
@@ -170,7 +169,7 @@ def build_ate_release(spec: CateSpec, setup: AteSetup, plan: PrivacyPlan, rel: R
     doc: dict[str, Any] = {
         "format_version": 1, "command": "cate", "estimand": name.upper(),
         "effect": _effect(spec, name),
-        "weights": setup.weights, "alpha": ate.alpha, "n": rel.n,
+        "weights": setup.weights, "alpha": spec.accuracy.alpha, "n": rel.n,
         **records[0],
         "groups": [{"name": iv.name, "size": iv.size, **r}
                    for iv, r in zip(ivs[1:], records[1:], strict=True)],
@@ -194,11 +193,8 @@ def build_ate_release(spec: CateSpec, setup: AteSetup, plan: PrivacyPlan, rel: R
         "events": [e.to_dict() for e in plan.events],
     }
     release = Release(tables={"ate": table}, documents={"ate.json": doc})
-    t = records[0]["total_interval"]
     release.summary.update({
-        "estimand": name.upper(), name: records[0]["estimate"],
-        f"{name}_total_interval": [t["lo"], t["hi"]],
-        f"{name}_noise_interval": [records[0]["interval"]["lo"], records[0]["interval"]["hi"]],
-        "level": level, "n": rel.n, "groups": len(ivs) - 1,
+        "estimand": name.upper(), "effect": doc["effect"], name: records[0],
+        "alpha": spec.accuracy.alpha, "n": rel.n, "groups": len(ivs) - 1,
     })
     return release

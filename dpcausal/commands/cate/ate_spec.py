@@ -81,9 +81,6 @@ class AteSpec(StrictModel):
     outcome units (e.g. from a previous study); never derived from this data."""
     variance_share: Share = 0.5
     """Share of the scores' ε spent on the variance release (variance: private; default 0.5)."""
-    alpha: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.05
-    """α of the (1 − α) intervals (default 0.05: 95 % intervals). Post-processing: it changes no
-    noise and costs no ε."""
     groups: list[AteGroup] = Field(default_factory=list, max_length=MAX_GROUPS)
     """Public covariate regions (at most 16) whose effects are released too, each with its
     interval; their sizes are released with noise. Groups may overlap (the noise grows with the
