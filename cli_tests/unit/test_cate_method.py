@@ -280,7 +280,8 @@ def test_two_dimensional_grid_and_fixed_covariates() -> None:
     rel = run(spec, frame, pl, {}, rng=np.random.default_rng(0),
                    noise=NoiseGuard(pl, test_seed=1))
     table = rel.tables["cate"]
-    assert list(table.columns) == ["x0", "x1", "cate"] and len(table) == 81
+    assert list(table.columns) == ["x0", "x1", "cate", "cate_noise_lo", "cate_noise_hi",
+                                   "cate_clamped"] and len(table) == 81
     assert rel.figures["cate.png"][:4] == b"\x89PNG"
     doc = make_spec().model_dump(mode="json")
     doc["data"]["columns"]["covariates"] = ["x0", "x1", "x2"]

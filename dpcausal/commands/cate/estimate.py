@@ -24,6 +24,7 @@ from dpcausal.commands.cate.privacy import (
     certified_gamma,
     function_mechanism,
     nuisance_learners,
+    point_noise_sd,
     queries_mechanism,
 )
 from dpcausal.commands.cate.release import build_release
@@ -183,4 +184,5 @@ def run(spec: CateSpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, 
                 unit = queries_mechanism(spec, setup, len(queries), None)
                 tau = gamma * noise.release(unit, g_q / gamma)
         del g_q, fit, rho
-    return build_release(spec, setup, queries, tau, weights)
+    return build_release(spec, setup, queries, tau, weights,
+                         point_noise_sd(spec, setup, len(queries)))
