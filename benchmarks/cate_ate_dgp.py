@@ -10,7 +10,7 @@ below the effect (NHEFS: 2.5 vs ≈ 3.4).
 ``nsw``: shaped like LaLonde's NSW experiment (Dehejia & Wahba sample): n ≈ 445, randomized with
 P(A = 1) = 185/445, 8 covariates (age, education, black, hispanic, married, no degree, 1974 and
 1975 earnings), 1978 earnings in dollars with ≈ 30 % zeros, sd ≈ 6,000–7,000, bounded to
-[0, 60,000], effect ≈ $1,200 on average (on the 70 % who work).
+[0, 60,000], effect ≈ $1,650 on average (≈ $2,500 on the 70 % who work).
 
 Both draw the two potential outcomes from the same random numbers, so the population ATE
 (:func:`true_ate`, 10⁶ draws) includes the clipping to the outcome bounds exactly.
