@@ -119,10 +119,17 @@ def smallest_n(replan: Replan, quantity: str, target: float, n_now: int) -> int 
     n_max = max(n_now, min(1000 * n_now, N_MAX))
     if meets(n_now):
         lo, hi = 1, n_now
-    elif meets(n_max):
-        lo, hi = n_now, n_max
-    else:
-        return None
+    else:  # up by factors of 10: a plan may refuse the largest n (e.g. δ must stay < 1/n)
+        lo, n, found = n_now, n_now, None
+        while n < n_max and found is None:
+            n = min(10 * n, n_max)
+            if meets(n):
+                found = n
+            else:
+                lo = n
+        if found is None:
+            return None
+        hi = found
     while hi - lo > 1:  # invariant: hi meets, lo does not (or lo = 1, never tried)
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if meets(mid) else (mid, hi)
@@ -172,7 +179,10 @@ def plan_target(plan: PrivacyPlan, replan: Replan, *, target: float, quantity: s
     if not acc.n_search:
         n, note = None, "n: not searched for this quantity (see the command's README section)"
     else:
-        big = _halfwidth(replan, acc.quantity, None, max(n_rows, min(1000 * n_rows, N_MAX)))
+        n_max = max(n_rows, min(1000 * n_rows, N_MAX))
+        # 10n rows as well as the most: a plan may refuse the largest n (δ must stay < 1/n)
+        wide = [_halfwidth(replan, acc.quantity, None, n) for n in (min(10 * n_rows, n_max), n_max)]
+        big = min((h for h in wide if h is not None), default=None)
         if big is None or big >= acc.halfwidth * (1.0 - 1e-9):
             n, note = None, "n: more rows do not narrow this half-width (at this ε)"
         else:

@@ -16,6 +16,7 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from dpcausal.commands.cate.estimate import halves, run
 from dpcausal.commands.cate.krr import fit_krr, huber_value, pseudo_outcomes
 from dpcausal.commands.cate.plan import plan
+from dpcausal.commands.cate.privacy import nuisance_learners
 from dpcausal.commands.cate.setup import build_setup, noise_factor, query_points, side_inputs
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.errors import DataError, MissingBoundsError, SpecError, UncertifiedModeError
@@ -117,15 +118,15 @@ def _reference_tau(frame: pd.DataFrame, spec: CateSpec, grid: np.ndarray) -> np.
     first, second = halves(spec, setup)
     d1, d2 = frame.iloc[first], frame.iloc[second]
     box = setup.box
-    nu = spec.cate.nuisance
+    prop_l, out_l = nuisance_learners(spec, setup)
     m = setup.n_nuisance
-    lr = LogisticRegression(C=1 / (m * nu.propensity_l2), fit_intercept=False, tol=1e-12,
+    lr = LogisticRegression(C=1 / (m * prop_l.l2), fit_intercept=False, tol=1e-12,
                             max_iter=10_000)
     lr.fit(box.transform(d1[["x0", "x1"]].to_numpy()), d1["A"].to_numpy())
     c = 4.0
     mus = []
     for arm in (0, 1):
-        rg = Ridge(alpha=m * nu.outcome_l2, fit_intercept=False, solver="cholesky")
+        rg = Ridge(alpha=m * out_l.l2, fit_intercept=False, solver="cholesky")
         rg.fit(box.transform(d1[["x0", "x1"]].to_numpy()), np.clip(d1["Y"], -1, 9) - c,
                sample_weight=(d1["A"] == arm).astype(float))
         mus.append(rg)
@@ -279,7 +280,8 @@ def test_two_dimensional_grid_and_fixed_covariates() -> None:
     rel = run(spec, frame, pl, {}, rng=np.random.default_rng(0),
                    noise=NoiseGuard(pl, test_seed=1))
     table = rel.tables["cate"]
-    assert list(table.columns) == ["x0", "x1", "cate"] and len(table) == 81
+    assert list(table.columns) == ["x0", "x1", "cate", "cate_noise_lo", "cate_noise_hi",
+                                   "cate_clamped"] and len(table) == 81
     assert rel.figures["cate.png"][:4] == b"\x89PNG"
     doc = make_spec().model_dump(mode="json")
     doc["data"]["columns"]["covariates"] = ["x0", "x1", "x2"]

@@ -156,3 +156,18 @@ def test_accuracy_spec_and_epsilon_override() -> None:
     for bad in (0.0, -1.0, math.inf, math.nan):
         with pytest.raises(SpecError, match="--epsilon"):
             priv.with_epsilon(bad)
+
+
+def test_n_search_when_the_plan_refuses_the_largest_n() -> None:
+    """A plan may refuse a huge n (cate: δ must stay < 1/n); the planner still finds the n that
+    meets a target below it (regression: it reported that more rows do not help)."""
+
+    def capped(eps: float | None, n: int | None) -> PrivacyPlan:
+        if (n or 100) > 20_000:
+            raise SpecError("δ is not < 1/n")
+        return _replan(eps, n)
+
+    assert smallest_n(capped, "q", 0.1, 100) == 900
+    report = plan_target(capped(None, None), capped, target=0.05, quantity=None, epsilon=1.0,
+                         n_rows=100)
+    assert report.n == 3600

@@ -15,7 +15,7 @@ from dpcausal.spec.model import ArmLabel, StrictModel
 from dpcausal.spec.preprocess import PreprocessSpec
 
 
-def _check_interval(v: tuple[float, float]) -> tuple[float, float]:
+def check_interval(v: tuple[float, float]) -> tuple[float, float]:
     lo, hi = v
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError(f"bounds must be finite numbers, got [{lo}, {hi}]")
@@ -26,7 +26,7 @@ def _check_interval(v: tuple[float, float]) -> tuple[float, float]:
     return v
 
 
-Interval = Annotated[tuple[float, float], AfterValidator(_check_interval)]
+Interval = Annotated[tuple[float, float], AfterValidator(check_interval)]
 """A public [lo, hi] range with lo < hi, both finite."""
 
 ColumnName = Annotated[str, Field(min_length=1)]

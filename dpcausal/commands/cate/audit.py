@@ -55,6 +55,10 @@ STAGE_FUNCTION = "cate.second_stage.function"
 
 
 def _setup(spec: CateSpec, n_rows: int) -> CateSetup:
+    if spec.cate.estimand != "cate":
+        raise SpecError("cate.estimand: audit privacy covers the τ(x) release (estimand: cate, "
+                        "mode: function); the ATE's proof is docs/proofs/cate_ate.md and its tests "
+                        "search neighbours directly", field="cate.estimand")
     if spec.cate.mode != "function":
         raise SpecError("cate.mode: audit privacy covers mode: function only; mode: queries has an "
                         "asymptotic guarantee (Thm 1, n large enough), not a finite-n claim to audit")

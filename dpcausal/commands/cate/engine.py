@@ -52,7 +52,7 @@ from scipy.special import log_expit
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.cate.estimate import clip_rows, halves
 from dpcausal.commands.cate.krr import pseudo_outcomes
-from dpcausal.commands.cate.privacy import function_mechanism, nuisance_learners
+from dpcausal.commands.cate.privacy import function_mechanism, nuisance_learners, point_noise_sd
 from dpcausal.commands.cate.release import build_release
 from dpcausal.commands.cate.rff import solve_rff
 from dpcausal.commands.cate.setup import CateSetup, build_setup, query_points, rff_features
@@ -220,7 +220,8 @@ def run(spec: CateSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, Any],
                            grad_tol=setup.grad_tol)
     weights = noise.release_weights(function_mechanism(spec, setup), fit.w)
     sq = setup.box.unit(queries[list(setup.covariates)].to_numpy(dtype=np.float64))
-    release = build_release(spec, setup, queries, feats.evaluate(sq, weights), weights)
+    release = build_release(spec, setup, queries, feats.evaluate(sq, weights), weights,
+                            point_noise_sd(spec, setup, len(queries)))
     # public facts only: the pass and iteration counts follow the data, so they are never published
     release.summary["engine"] = engine.description
     return release

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +24,7 @@ from dpcausal.commands.cate.privacy import (
     certified_gamma,
     function_mechanism,
     nuisance_learners,
+    point_noise_sd,
     queries_mechanism,
 )
 from dpcausal.commands.cate.release import build_release
@@ -32,7 +33,9 @@ from dpcausal.commands.cate.setup import CateSetup, build_setup, query_points, r
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.commands.common import row_split
 from dpcausal.commands.common.arms import treated_mask
+from dpcausal.commands.common.columns import ArmColumns
 from dpcausal.frames import numeric_column
+from dpcausal.learners.dp_features import BoxFeatures
 from dpcausal.learners.dp_logistic import PropensityModel
 from dpcausal.learners.dp_ridge import OutcomeModel
 from dpcausal.mechanisms import NoiseGuard
@@ -55,7 +58,23 @@ class Prepared:
     y2: FloatArray
 
 
-def clip_rows(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame
+class RowBounds(Protocol):
+    """The public bounds rows are clipped to (a τ(x) or an ATE setup)."""
+
+    @property
+    def columns(self) -> ArmColumns: ...  # pragma: no cover - protocol
+
+    @property
+    def covariates(self) -> tuple[str, ...]: ...  # pragma: no cover - protocol
+
+    @property
+    def y_bounds(self) -> tuple[float, float]: ...  # pragma: no cover - protocol
+
+    @property
+    def box(self) -> BoxFeatures: ...  # pragma: no cover - protocol
+
+
+def clip_rows(spec: CateSpec, setup: RowBounds, frame: pd.DataFrame
               ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(x, a, y) of ``frame``: validated (A = 1 for cate.treated, 0 for cate.control, any other
     value refused), x clipped to the box, y to the outcome bounds."""
@@ -165,4 +184,5 @@ def run(spec: CateSpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, 
                 unit = queries_mechanism(spec, setup, len(queries), None)
                 tau = gamma * noise.release(unit, g_q / gamma)
         del g_q, fit, rho
-    return build_release(spec, setup, queries, tau, weights)
+    return build_release(spec, setup, queries, tau, weights,
+                         point_noise_sd(spec, setup, len(queries)))

@@ -9,14 +9,15 @@ from typing import Any
 import numpy as np
 
 from dpcausal.accounting.events import PrivacyEvent
-from dpcausal.accounting.plan import Guarantee, PrivacyPlan
+from dpcausal.accounting.plan import Guarantee, PredictedAccuracy, PrivacyPlan
 from dpcausal.commands.cate.privacy import (
     certified_gamma,
     function_mechanism,
     nuisance_learners,
+    point_noise_sd,
     queries_mechanism,
 )
-from dpcausal.commands.cate.release import estimand
+from dpcausal.commands.cate.release import estimand, noise_law
 from dpcausal.commands.cate.setup import (
     NUISANCE_PART,
     SECOND_PART,
@@ -27,6 +28,7 @@ from dpcausal.commands.cate.setup import (
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.commands.common import row_split
 from dpcausal.errors import SpecError
+from dpcausal.mechanisms.noise_law import gaussian_halfwidth
 
 
 def _tag(event: PrivacyEvent, partition: str) -> PrivacyEvent:
@@ -108,6 +110,11 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
                         "expect much more noise than the R-learner")
     if warnings:
         details["warning"] = " | ".join(warnings)
+    sd = point_noise_sd(spec, setup, d)
+    accuracy = () if sd is None else (PredictedAccuracy(
+        "cate", "outcome units", gaussian_halfwidth(sd, spec.accuracy.alpha), spec.accuracy.alpha,
+        "noise", noise_law(spec, sd), headline=True,
+        note="a larger ε, more rows, or a larger cate.ridge (more shrinkage)"),)
     return PrivacyPlan(
         command="cate",
         events=tuple(events),
@@ -128,11 +135,12 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
             "split": {**sec.split.receipt(), "first_half_fraction": sec.first_half_fraction},
             "nuisance": {"propensity": "DP l2-logistic, Gaussian output perturbation",
                          "outcome": "DP ridge per arm, joint Gaussian output perturbation",
-                         "propensity_l2": sec.nuisance.propensity_l2,
-                         "outcome_l2": sec.nuisance.outcome_l2,
+                         "propensity_l2": prop.l2,
+                         "outcome_l2": out.l2,
                          "propensity_share": sec.nuisance.propensity_share},
             **setup.public_dict(),
             "one_row_per_individual": True,
         },
         details=details,
+        accuracy=accuracy,
     )

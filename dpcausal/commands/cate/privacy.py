@@ -12,6 +12,9 @@ from dpcausal.learners.dp_ridge import DPRidgeArms
 from dpcausal.mechanisms import GaussianProcessMechanism
 from dpcausal.mechanisms.gaussian_vector import GaussianNoiseVector
 
+LEGACY_L2 = 0.05
+"""The nuisance penalties of the τ(x) release when the spec gives none."""
+
 
 def nuisance_learners(spec: CateSpec, setup: CateSetup) -> tuple[DPLogistic, DPRidgeArms]:
     """Stage-1 learners with their shares of (ε, δ) on D̃.
@@ -30,9 +33,9 @@ def nuisance_learners(spec: CateSpec, setup: CateSetup) -> tuple[DPLogistic, DPR
     eps, dlt = spec.privacy.epsilon, spec.privacy.delta
     nu = spec.cate.nuisance
     s = nu.propensity_share
-    prop = DPLogistic(setup.box, nu.propensity_l2, eps * s, dlt * s, setup.n_nuisance)
-    out = DPRidgeArms(setup.box, nu.outcome_l2, setup.y_bounds, eps * (1 - s), dlt * (1 - s),
-                      setup.n_nuisance)
+    prop = DPLogistic(setup.box, nu.propensity_l2 or LEGACY_L2, eps * s, dlt * s, setup.n_nuisance)
+    out = DPRidgeArms(setup.box, nu.outcome_l2 or LEGACY_L2, setup.y_bounds, eps * (1 - s),
+                      dlt * (1 - s), setup.n_nuisance)
     return prop, out
 
 
@@ -109,3 +112,18 @@ def queries_mechanism(spec: CateSpec, setup: CateSetup, d: int, gamma: float | N
     return GaussianNoiseVector(spec.privacy.epsilon, spec.privacy.delta, unit * gamma,
                                max(gamma * c, 1e-300), d, stage="cate.second_stage.queries",
                                params={**base, "gamma": gamma})
+
+
+def point_noise_sd(spec: CateSpec, setup: CateSetup, d: int) -> float | None:
+    """The sd of the noise on each released τ(x), from public inputs; None where it is
+    data-dependent (queries mode with ``gamma_method: search``: γ(T, D) is never released).
+
+    Function mode: σ·√k0(x, x) = σ for the GP path (unit-diagonal kernel; the Cholesky jitter
+    τ ≥ 1e-10·d it adds is a relative (1 + τ)^½, negligible), and σ·‖ζ(x)‖ = σ for random
+    Fourier features (‖ζ(x)‖² = (1/m)Σ cos² + sin² = 1). Queries mode, certified γ: γ·c.
+    """
+    if spec.cate.mode == "function":
+        return function_mechanism(spec, setup).sigma
+    if spec.cate.gamma_method == "certified":
+        return queries_mechanism(spec, setup, d, certified_gamma(setup, d)).sigma
+    return None

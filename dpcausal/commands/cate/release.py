@@ -11,6 +11,8 @@ import pandas as pd
 from dpcausal.commands.cate.plot import plot_png
 from dpcausal.commands.cate.setup import CateSetup, grid_axes, rff_features
 from dpcausal.commands.cate.spec import CateSpec
+from dpcausal.intervals import clamp, interval_bounds
+from dpcausal.mechanisms.noise_law import gaussian_halfwidth
 from dpcausal.method import Release
 
 FloatArray = npt.NDArray[np.float64]
@@ -41,9 +43,22 @@ def function_document(spec: CateSpec, setup: CateSetup, weights: FloatArray) -> 
     }
 
 
+def noise_law(spec: CateSpec, sd: float) -> str:
+    """The law of the noise on each released τ(x), in words."""
+    what = ("one Gaussian-process path, sd at each point" if spec.cate.mode == "function"
+            else "independent Gaussian noise at each query, sd")
+    return f"{what} {sd:.4g} (exact)"
+
+
 def build_release(spec: CateSpec, setup: CateSetup, queries: pd.DataFrame, tau: FloatArray,
-                  weights: FloatArray | None) -> Release:
+                  weights: FloatArray | None, sd: float | None) -> Release:
     """cate.csv (+ cate_function.json for rff, + cate.png for a 1-D/2-D grid) and the summary.
+
+    ``cate`` is clamped to ±(y_hi − y_lo), the range of any effect on the bounded outcome, with
+    ``cate_clamped`` where it moved; ``cate_noise_lo``/``hi`` is the (1 − α) interval of the
+    noise (σ·z_{1−α/2} around the unclamped value, intersected with that range), when ``sd`` (the
+    public noise sd at each point, :func:`~dpcausal.commands.cate.privacy.point_noise_sd`) is
+    known. All post-processing.
 
     With ``outcome_direction: lower`` the released τ̂ (and the weights) are negated: a
     post-processing of the release (Δ and the noise are unchanged) whose law is that of the
@@ -53,14 +68,30 @@ def build_release(spec: CateSpec, setup: CateSetup, queries: pd.DataFrame, tau: 
     if spec.cate.outcome_direction == "lower":
         tau = -tau
         weights = None if weights is None else -weights
+    alpha = spec.accuracy.alpha
+    bounds = (-setup.delta_y, setup.delta_y)
     table = queries.copy()
-    table["cate"] = tau
+    shown, moved = clamp(tau, bounds)
+    table["cate"] = shown
+    half = None if sd is None else gaussian_halfwidth(sd, alpha)
+    if half is not None:
+        table["cate_noise_lo"], table["cate_noise_hi"] = interval_bounds(tau, half, bounds)
+    table["cate_clamped"] = moved
     release = Release(tables={"cate": table})
     if weights is not None:
         release.documents["cate_function.json"] = function_document(spec, setup, weights)
     axes = grid_axes(spec, setup)
     if spec.cate.plot and axes:
-        release.figures["cate.png"] = plot_png(table, axes, spec)
+        release.figures["cate.png"] = plot_png(table, axes, spec, tau, half, bounds)
     release.summary.update({"mode": spec.cate.mode, "learner": spec.cate.learner,
-                            "queries": len(table), "released_cate_mean": float(np.mean(tau))})
+                            "queries": len(table), "released_cate_mean": float(np.mean(tau)),
+                            "clamped": int(table["cate_clamped"].sum())})
+    if half is not None and sd is not None:
+        release.summary["cate_noise_interval"] = {
+            "halfwidth": half, "level": 1.0 - alpha, "kind": "noise",
+            "law": noise_law(spec, sd), "bound": False}
+    else:
+        release.summary["cate_noise_interval"] = (
+            "not released: queries mode with gamma_method: search scales the noise by γ(T, D), "
+            "which depends on the data and is never released")
     return release

@@ -174,11 +174,11 @@ def build_setup(spec: CateSpec, n_rows: int) -> CateSetup:
     _check_second_stage_precision(sec.features, n, sec.rff_dim, lam0)
     y_lo, y_hi = columns.outcome_bounds
     dy = y_hi - y_lo
-    lw, how, m_g = _lipschitz(spec, dy, sec.propensity_clip, lam0)
+    lw, how, m_g = _lipschitz(spec, dy, sec.kappa, lam0)
     c = (sec.huber_c if sec.huber_c is not None else dy / 2.0) if sec.resolved_loss == "huber" \
         else None
     setup = CateSetup(columns, BoxFeatures(bnds[:, 0], bnds[:, 1]), n_rows, n_nuis, n, h, lam0,
-                      sec.propensity_clip, sec.learner, sec.resolved_loss, c, lw, how, m_g)
+                      sec.kappa, sec.learner, sec.resolved_loss, c, lw, how, m_g)
     if sec.mode == "function" and sec.sensitivity_formula == "paper" and setup.printed_factor < 1.0:
         raise UncertifiedModeError(
             f"cate.sensitivity_formula: 'paper' (printed Thm 3) under-noises here: (√(2π)h)^q = "

@@ -7,6 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from dpcausal.commands.cate.ate_spec import AteSpec
 from dpcausal.spec.base import ArmLabel, BinaryArms, CommonSpec, PositiveFinite, StrictModel
 from dpcausal.spec.split import RowSplit
 
@@ -14,22 +15,25 @@ Share = Annotated[float, Field(gt=0.0, lt=1.0)]
 
 
 class NuisanceSpec(StrictModel):
-    """Stage 1 (first half D̃): DP ℓ2-logistic propensity and DP ridge outcome model per arm.
+    """The DP nuisance models: an ℓ2-logistic propensity and a ridge outcome model per arm.
 
-    Both use the public box features x̃ = (1, s(x))/√(q+1) (‖x̃‖ ≤ 1) and Gaussian output
-    perturbation. The stage-1 budget (ε, δ) is shared: ``propensity_share`` to the propensity model,
-    the rest to the (jointly noised) outcome models.
+    Both use the public box features x̃ (‖x̃‖ ≤ 1) and Gaussian output perturbation. Their budget
+    (ε, δ) is shared: ``propensity_share`` to the propensity model, the rest to the (jointly
+    noised) outcome models.
     """
 
-    propensity_l2: PositiveFinite = 0.05
-    """λ > 0 of the DP propensity model, (1/m)Σ logistic loss + (λ/2)‖θ‖² (default 0.05); its
-    sensitivity is 2/(mλ), so a larger λ means less noise and a flatter propensity."""
-    outcome_l2: PositiveFinite = 0.05
-    """λ > 0 of each arm's DP outcome ridge, (1/m)Σ ½(θᵀx̃ − r)² + (λ/2)‖θ‖² (default 0.05):
-    larger λ, less noise, more shrinkage."""
+    propensity_l2: PositiveFinite | None = None
+    """λ > 0 of the DP propensity model, (1/m)Σ logistic loss + (λ/2)‖θ‖²; its sensitivity is
+    2/(mλ), so a larger λ means less noise and a flatter propensity. Default: estimand cate 0.05;
+    estimand ate the total-error rule (learners/penalty.py: the λ minimising the predicted noise
+    plus the shrinkage of a 1-logit effect, from ε, δ, m and the box), printed by the dry run."""
+    outcome_l2: PositiveFinite | None = None
+    """λ > 0 of each arm's DP outcome ridge, (1/m)Σ ½(θᵀx̃ − r)² + (λ/2)‖θ‖²: larger λ, less
+    noise, more shrinkage. Default: estimand cate 0.05; estimand ate the total-error rule (as
+    propensity_l2, for an effect of a quarter of the outcome range)."""
     propensity_share: Share = 0.5
-    """Fraction in (0, 1) of the stage-1 (ε, δ) spent on the propensity model (default 0.5); the
-    rest goes to the two outcome models, noised jointly."""
+    """Fraction in (0, 1) of the nuisances' (ε, δ) spent on the propensity model (default 0.5);
+    the rest goes to the two outcome models, noised jointly."""
 
 
 class GridSpec(StrictModel):
@@ -55,6 +59,15 @@ class GridSpec(StrictModel):
         return self
 
 
+CATE_ONLY = ("mode", "learner", "queries", "grid", "bandwidth", "ridge", "loss", "huber_c",
+             "sensitivity_formula", "calibration", "gamma_method", "gamma_safety", "search_points",
+             "features", "rff_dim", "rff_seed", "plot")
+"""The fields that shape the τ(x) release only: refused with ``estimand: ate``."""
+KAPPA_DEFAULT = {"cate": 0.05, "ate": 0.1}
+"""Default propensity clip per estimand: 0.05 for τ(x) (the paper's range), 0.1 for the ATE (the
+usual trimming threshold, Crump et al. 2009; its noise grows like 1/ζ)."""
+
+
 class CateSection(BinaryArms):
     """The ``cate`` section. Every value here is public: never tuned on the sensitive data."""
 
@@ -70,6 +83,14 @@ class CateSection(BinaryArms):
     and is required otherwise. A row whose treatment is neither label is refused, never
     dropped."""
 
+    estimand: Literal["cate", "ate"] = "cate"
+    """cate (default): τ(x) = E[Y(1) − Y(0) | X = x] at the query points or on the grid (DP-CATE).
+    ate: the average treatment effect (and group effects over public covariate regions) with
+    a (1 − α) confidence interval covering both the sampling error and the privacy noise
+    (cate.ate; writes ate.json and ate.csv)."""
+    ate: AteSpec | None = None
+    """estimand: ate only: how the effect and its interval are estimated (defaults apply when
+    omitted)."""
     mode: Literal["function", "queries"] = "function"
     """function (default): one Gaussian-process path released over the whole box (Thm 3; exact
     (ε, δ)-DP given the Lipschitz bound); queries: Gaussian noise at the finite query points
@@ -95,10 +116,10 @@ class CateSection(BinaryArms):
     """Second-stage loss; default huber (function mode), squared (queries mode, the only one there)."""
     huber_c: PositiveFinite | None = None
     """Huber threshold c of ℓ(r) = r² (|r| ≤ c), 2c|r| − c² beyond; default (y_hi − y_lo)/2."""
-    propensity_clip: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.05
-    """κ in (0, 0.5) (default 0.05): π̂ is clipped to [κ, 1 − κ] (post-processing of the DP
-    propensity). The Lipschitz bound, hence the noise, grows as κ shrinks; the DR-learner needs
-    κ ≥ 0.05."""
+    propensity_clip: Annotated[float, Field(gt=0.0, lt=0.5)] | None = None
+    """κ in (0, 0.5): π̂ is clipped to [κ, 1 − κ] (post-processing of the DP propensity); default
+    0.05 (estimand cate) or 0.1 (estimand ate). The noise grows as κ shrinks; the DR-learner
+    needs κ ≥ 0.05."""
     first_half_fraction: Annotated[float, Field(ge=0.1, le=0.9)] = 0.5
     """Share of rows in D̃, the nuisance half (⌊fraction·n⌋ rows; 0.1 to 0.9, default 0.5); the
     rest fit the second stage. The halves are disjoint, so their ε compose in parallel (max, not
@@ -146,8 +167,29 @@ class CateSection(BinaryArms):
                              "and assumes the row order is independent of the data")
         return data
 
+    @property
+    def kappa(self) -> float:
+        """The propensity clip in use (``propensity_clip`` or the estimand's default)."""
+        if self.propensity_clip is not None:
+            return self.propensity_clip
+        return KAPPA_DEFAULT[self.estimand]
+
+    @property
+    def ate_spec(self) -> AteSpec:
+        """The ``ate`` section in use (its defaults when omitted)."""
+        return self.ate if self.ate is not None else AteSpec()
+
     @model_validator(mode="after")
     def _consistent(self) -> CateSection:
+        if self.estimand == "ate":
+            extra = [f for f in CATE_ONLY if f in self.model_fields_set]
+            if extra:
+                raise ValueError(f"cate.{extra[0]}: shapes the τ(x) release, which estimand: ate "
+                                 "does not make; remove " + ", ".join(extra))
+            return self
+        if self.ate is not None:
+            raise ValueError("cate.ate: set cate.estimand: ate to release the average effect, or "
+                             "remove the ate section")
         if (self.queries is None) == (self.grid is None):
             raise ValueError("give exactly one of cate.queries (a public file) and cate.grid")
         if self.mode == "queries" and self.loss == "huber":
@@ -155,7 +197,7 @@ class CateSection(BinaryArms):
                              "or set it to squared")
         if self.features == "rff" and self.mode != "function":
             raise ValueError("cate.features: rff is a function-mode variant; use mode: function")
-        if self.learner == "dr" and self.propensity_clip < 0.05:
+        if self.learner == "dr" and self.kappa < 0.05:
             raise ValueError("cate.propensity_clip: the DR-learner needs κ >= 0.05 (its weights "
                              "grow like 1/κ)")
         return self

@@ -102,6 +102,27 @@ def refuse_on_engine(split: RowSplit, engine: object | None, field: str) -> None
                         "spent)")
 
 
+def folds(split: RowSplit, n_rows: int, k: int, ids: Sequence[Any] | None = None) -> IntArray:
+    """The fold (0 … k − 1) of every row: the rows at positions f, f + k, f + 2k, … of the order
+    :func:`first_part` uses (``random``: a fresh secret permutation, call it once per run;
+    ``id-hash``: the keyed hashes of ``ids`` under a fresh secret key; ``seeded``: from the seed;
+    ``index``: the file's order). Fold f has len(range(f, n_rows, k)) rows, a public size."""
+    pos = np.arange(n_rows, dtype=np.intp) % k
+    if split.kind == "index":
+        return pos
+    if split.kind == "id-hash":
+        if ids is None or len(ids) != n_rows:
+            raise ValueError("an id-hash split needs the id column's value of every row")
+        order = id_hash_order(ids, secret_key())
+    elif split.kind == "random":
+        order = secret_permutation(n_rows)
+    else:
+        order = np.random.default_rng(split.seed).permutation(n_rows)
+    out = np.empty(n_rows, dtype=np.intp)
+    out[order] = pos
+    return out
+
+
 def row_order(split: RowSplit) -> str:
     """The receipt's statement of what the neighbouring relation assumes about the row order."""
     if split.kind == "random":
