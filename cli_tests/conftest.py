@@ -6,6 +6,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -80,19 +81,26 @@ def database_url(server: str, name: str) -> str:
     return urlunsplit(urlsplit(server)._replace(path=f"/{name}"))
 
 
-@pytest.fixture
-def pg_url(pg_server: str) -> Iterator[str]:
-    """A new, empty database for one test (dropped afterwards)."""
+@contextmanager
+def new_database(server: str) -> Iterator[str]:
+    """The URL of a new, empty database on ``server`` (dropped after the ``with``)."""
     import psycopg
 
     name = f"dpcausal_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server, autocommit=True) as conn:
+    with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield database_url(pg_server, name)
+        yield database_url(server, name)
     finally:
-        with psycopg.connect(pg_server, autocommit=True) as conn:
+        with psycopg.connect(server, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> Iterator[str]:
+    """A new, empty database for one test (dropped afterwards)."""
+    with new_database(pg_server) as url:
+        yield url
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from numbers import Real
 from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,9 +86,18 @@ def _accountant(name: str) -> Accountant:
     return Accountant(name)
 
 
+def _number(option: str, value: object) -> float:
+    """``value`` as the float the command line parses (an int 10 would be written ``10``, and the
+    line would not be the command line's)."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise SpecError(f"{option} must be a number. Got {value!r} instead.")
+    return float(value)
+
+
 def _cap(epsilon: float, delta: float) -> Budget:
     from dpcausal.accounting.budget import Budget
 
+    epsilon, delta = _number("--epsilon", epsilon), _number("--delta", delta)
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise SpecError(f"--epsilon must be a finite number > 0. Got {epsilon} instead.")
     if not 0.0 <= delta <= 1.0:
@@ -208,10 +218,10 @@ def set_cap(ledger: Location, dataset: str, epsilon: float, delta: float | None 
     OutputError, LedgerIntegrityError
         No ledger there, or it cannot be locked, trusted or written (exit code 5).
     """
-    _cap(epsilon, 0.0 if delta is None else delta)
+    cap = _cap(epsilon, 0.0 if delta is None else delta)
     led = _open(ledger)
-    return _update(led, [led.set_cap(dataset, epsilon, delta, allow_raise=allow_raise,
-                                     note=note)])
+    return _update(led, [led.set_cap(dataset, cap.epsilon, None if delta is None else cap.delta,
+                                     allow_raise=allow_raise, note=note)])
 
 
 def set_accountant(ledger: Location, accountant: str, *,
