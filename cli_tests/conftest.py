@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+import yaml
 
 from cli_tests.pg_server import REQUIRED_ENV, URL_ENV, Cluster, bin_dir
 
@@ -32,6 +33,20 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "out").mkdir()  # as in a clone (out/.gitkeep): ledgers are never made in new dirs
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def small_owl_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The owl example's spec at ε = 1 without rows to score, in a temporary current directory
+    with sample_data/ (for ``audit privacy``)."""
+    from cli_tests.helpers import write_yaml
+
+    shutil.copytree(REPO / "sample_data", tmp_path / "sample_data")
+    monkeypatch.chdir(tmp_path)
+    doc = yaml.safe_load((REPO / "configs" / "owl.yaml").read_text())
+    doc["owl"].pop("apply_to")
+    doc["privacy"]["epsilon"] = 1.0  # γ = 75 as in the example: the planted pair attains Δ
+    return write_yaml(tmp_path / "owl.yaml", doc)
 
 
 def _unavailable(reason: str) -> Any:

@@ -17,7 +17,6 @@ from typing import Any
 
 import pandas as pd
 import pytest
-import yaml
 
 import dpcausal as dpc
 from cli_tests.conftest import new_database
@@ -26,7 +25,8 @@ from dpcausal.accounting.ledger import Ledger
 from dpcausal.accounting.ledger_url import is_database_url, redact_url
 from dpcausal.accounting.receipt import GENESIS_HASH, finalize
 
-REPO = Path(__file__).resolve().parents[2]
+NEW_ROWS = "sample_data/owl_new_patients.csv"
+"""Rows without the outcome and treatment columns: not data an owl spec can audit."""
 
 
 @pytest.fixture
@@ -195,67 +195,56 @@ def test_repair_is_audit_repair(tmp_path: Path) -> None:
         assert res.stderr.replace(str(cli), str(api)) == f"error: {raised.value}\n"
 
 
-@pytest.fixture
-def owl_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A small owl spec (as in test_audit_privacy.py), in a temporary current directory."""
-    shutil.copytree(REPO / "sample_data", tmp_path / "sample_data")
-    monkeypatch.chdir(tmp_path)
-    doc = yaml.safe_load((REPO / "configs" / "owl.yaml").read_text())
-    doc["owl"].pop("apply_to")
-    doc["privacy"]["epsilon"] = 1.0
-    return write_yaml(tmp_path / "owl.yaml", doc)
-
-
 def _report_json(report: Any) -> str:
     return json.dumps(report.to_dict(), indent=2, allow_nan=True) + "\n"
 
 
-def test_audit_privacy_is_the_cli_audit(owl_spec: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_audit_privacy_is_the_cli_audit(small_owl_spec: Path) -> None:
     options = {"rows": 30, "pairs": 5, "trials": 20, "seed": 3}
     args = [a for k, v in options.items() for a in (f"--{k}", str(v))]
-    res = invoke(["audit", "privacy", "--spec", owl_spec, *args, "--json"])
+    res = invoke(["audit", "privacy", "--spec", small_owl_spec, *args, "--json"])
     assert res.exit_code == 0, res.output
-    report = dpc.audit_privacy(owl_spec, **options)
+    report = dpc.audit_privacy(small_owl_spec, **options)
     assert _report_json(report) == res.stdout and not report.violation
-    assert _report_json(dpc.audit_privacy(dpc.load_spec(owl_spec), **options)) == res.stdout
+    assert _report_json(dpc.audit_privacy(dpc.load_spec(small_owl_spec), **options)) == res.stdout
     # on the user's data: a DataFrame is audited as its file is
     data = "sample_data/owl_trial.csv"
-    res = invoke(["audit", "privacy", "--spec", owl_spec, "--data", data, "--pairs", "3",
+    res = invoke(["audit", "privacy", "--spec", small_owl_spec, "--data", data, "--pairs", "3",
                   "--trials", "0", "--json"])
     assert res.exit_code == 0, res.output
     frame = pd.read_csv(data)
-    assert _report_json(dpc.audit_privacy(owl_spec, frame, pairs=3, trials=0)) == res.stdout
+    assert _report_json(dpc.audit_privacy(small_owl_spec, frame, pairs=3, trials=0)) == res.stdout
 
 
-def test_audit_privacy_finds_the_cli_violation(owl_spec: Path,
+def test_audit_privacy_finds_the_cli_violation(small_owl_spec: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from dpcausal.commands.owl.setup import OwlSetup
 
     real = OwlSetup.sensitivity
     monkeypatch.setattr(OwlSetup, "sensitivity", lambda self, g: real(self, g) / 8)
-    res = invoke(["audit", "privacy", "--spec", owl_spec, "--rows", "10", "--pairs", "4",
+    res = invoke(["audit", "privacy", "--spec", small_owl_spec, "--rows", "10", "--pairs", "4",
                   "--trials", "0", "--json"])
     printed = json.loads(res.stdout)
     with pytest.raises(dpc.AuditViolation) as raised:
-        dpc.audit_privacy(owl_spec, rows=10, pairs=4, trials=0)
+        dpc.audit_privacy(small_owl_spec, rows=10, pairs=4, trials=0)
     assert res.exit_code == raised.value.exit_code == 4
     assert printed["error"] == str(raised.value) and "exceeds the claimed ε" in printed["error"]
-    report = dpc.audit_privacy(owl_spec, rows=10, pairs=4, trials=0, check=False)
+    report = dpc.audit_privacy(small_owl_spec, rows=10, pairs=4, trials=0, check=False)
     assert report.violation and report.to_dict() == {
         k: v for k, v in printed.items() if k not in ("error", "exit_code", "file")}
     # a spec object: the same violation, named after its command
     with pytest.raises(dpc.AuditViolation, match=r"^<owl spec>: .*exceeds the claimed ε"):
-        dpc.audit_privacy(dpc.load_spec(owl_spec), rows=10, pairs=4, trials=0)
+        dpc.audit_privacy(dpc.load_spec(small_owl_spec), rows=10, pairs=4, trials=0)
 
 
-def test_audit_privacy_refuses_what_the_cli_refuses(owl_spec: Path, tmp_path: Path) -> None:
+def test_audit_privacy_refuses_what_the_cli_refuses(small_owl_spec: Path, tmp_path: Path) -> None:
     no_command = write_yaml(tmp_path / "s.yaml", {"privacy": {"epsilon": 1}})
     cases: list[tuple[list[Any], Callable[[], Any]]] = [
         (["--spec", no_command], lambda: dpc.audit_privacy(no_command)),
-        (["--spec", owl_spec, "--data", "missing.csv"],
-         lambda: dpc.audit_privacy(owl_spec, "missing.csv")),
-        (["--spec", owl_spec, "--data", "sample_data/owl_new_patients.csv"],
-         lambda: dpc.audit_privacy(owl_spec, pd.read_csv("sample_data/owl_new_patients.csv"))),
+        (["--spec", small_owl_spec, "--data", "missing.csv"],
+         lambda: dpc.audit_privacy(small_owl_spec, "missing.csv")),
+        (["--spec", small_owl_spec, "--data", NEW_ROWS],
+         lambda: dpc.audit_privacy(small_owl_spec, pd.read_csv(NEW_ROWS))),
     ]
     for args, call in cases:
         res = invoke(["audit", "privacy", *args, "--json"])
@@ -263,5 +252,5 @@ def test_audit_privacy_refuses_what_the_cli_refuses(owl_spec: Path, tmp_path: Pa
             call()
         assert res.exit_code == raised.value.exit_code == 2, res.output
         message = json.loads(res.stdout)["error"]
-        assert message.replace("sample_data/owl_new_patients.csv", "<DataFrame>") == \
+        assert message.replace(NEW_ROWS, "<DataFrame>") == \
             str(raised.value)

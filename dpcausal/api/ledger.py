@@ -57,16 +57,9 @@ class LedgerUpdate:
 
 @dataclass(frozen=True)
 class Repair:
-    """What :func:`repair` did.
-
-    Attributes
-    ----------
-    location
-        The ledger: its file, or its database's URL without credentials.
-    moved_to
-        The file the incomplete last line's bytes were moved to (``LEDGER.torn-<time>``), or None
-        when there was nothing to repair.
-    """
+    """What :func:`repair` did: the ledger's ``location`` (as in :class:`LedgerUpdate`), and
+    ``moved_to``, the file the incomplete last line's bytes were moved to
+    (``LEDGER.torn-<time>``), or None when there was nothing to repair."""
 
     location: str
     moved_to: Path | None
