@@ -221,7 +221,7 @@ def test_audit_privacy_finds_the_cli_violation(small_owl_spec: Path,
     from dpcausal.commands.owl.setup import OwlSetup
 
     real = OwlSetup.sensitivity
-    monkeypatch.setattr(OwlSetup, "sensitivity", lambda self, g: real(self, g) / 8)
+    monkeypatch.setattr(OwlSetup, "sensitivity", lambda self, g, n: real(self, g, n) / 8)
     res = invoke(["audit", "privacy", "--spec", small_owl_spec, "--rows", "10", "--pairs", "4",
                   "--trials", "0", "--json"])
     printed = json.loads(res.stdout)
