@@ -6,11 +6,13 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+import yaml
 
 from cli_tests.pg_server import REQUIRED_ENV, URL_ENV, Cluster, bin_dir
 
@@ -31,6 +33,20 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "out").mkdir()  # as in a clone (out/.gitkeep): ledgers are never made in new dirs
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def small_owl_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The owl example's spec at ε = 1 without rows to score, in a temporary current directory
+    with sample_data/ (for ``audit privacy``)."""
+    from cli_tests.helpers import write_yaml
+
+    shutil.copytree(REPO / "sample_data", tmp_path / "sample_data")
+    monkeypatch.chdir(tmp_path)
+    doc = yaml.safe_load((REPO / "configs" / "owl.yaml").read_text())
+    doc["owl"].pop("apply_to")
+    doc["privacy"]["epsilon"] = 1.0  # γ = 75 as in the example: the planted pair attains Δ
+    return write_yaml(tmp_path / "owl.yaml", doc)
 
 
 def _unavailable(reason: str) -> Any:
@@ -80,19 +96,26 @@ def database_url(server: str, name: str) -> str:
     return urlunsplit(urlsplit(server)._replace(path=f"/{name}"))
 
 
-@pytest.fixture
-def pg_url(pg_server: str) -> Iterator[str]:
-    """A new, empty database for one test (dropped afterwards)."""
+@contextmanager
+def new_database(server: str) -> Iterator[str]:
+    """The URL of a new, empty database on ``server`` (dropped after the ``with``)."""
     import psycopg
 
     name = f"dpcausal_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server, autocommit=True) as conn:
+    with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield database_url(pg_server, name)
+        yield database_url(server, name)
     finally:
-        with psycopg.connect(pg_server, autocommit=True) as conn:
+        with psycopg.connect(server, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> Iterator[str]:
+    """A new, empty database for one test (dropped afterwards)."""
+    with new_database(pg_server) as url:
+        yield url
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@
 >>> spec = dpc.load_spec("configs/owl.yaml")                 # doctest: +SKIP
 >>> dpc.plan(spec, frame)                                     # doctest: +SKIP
 >>> release = dpc.release(spec, frame, ledger="ledger.jsonl")  # doctest: +SKIP
+>>> dpc.ledger.set_cap("ledger.jsonl", "trial", 10.0)          # doctest: +SKIP
 
 The API's functions and classes are imported when first used, so ``import dpcausal`` (and
 ``dpcausal --help``) loads neither numpy nor pandas; the errors are plain Python.
@@ -44,8 +45,10 @@ if TYPE_CHECKING:
         Plan,
         Release,
         apply_rule,
+        audit_privacy,
         build_spec,
         command_of,
+        ledger,
         load_spec,
         plan,
         release,
@@ -54,8 +57,8 @@ if TYPE_CHECKING:
         verify,
     )
 
-_LAZY = {"CommandName", "Plan", "Release", "apply_rule", "command_of", "load_spec", "plan",
-         "release", "schema", "build_spec", "spec_sha256", "verify"}
+_LAZY = {"CommandName", "Plan", "Release", "apply_rule", "audit_privacy", "command_of", "ledger",
+         "load_spec", "plan", "release", "schema", "build_spec", "spec_sha256", "verify"}
 """Names :mod:`dpcausal.api` defines, imported on first use."""
 
 __all__ = [
@@ -84,8 +87,10 @@ __all__ = [
     "UncertifiedModeError",
     "__version__",
     "apply_rule",
+    "audit_privacy",
     "build_spec",
     "command_of",
+    "ledger",
     "load_spec",
     "plan",
     "release",

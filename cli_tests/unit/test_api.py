@@ -255,3 +255,34 @@ def test_apply_rule_with_a_frame_is_the_cli_apply(in_repo: None, tmp_path: Path)
     assert dpc.apply_rule(tmp_path / "rel" / "rule.json", rows).equals(scored)
     with pytest.raises(dpc.DataError, match="not a dpcausal two-stage rule file"):
         dpc.apply_rule(release, rows, command="two-stage")
+
+
+def test_the_ledger_functions_take_paths_and_refuse_what_the_options_refuse(
+        tmp_path: Path) -> None:
+    ledger = tmp_path / "new" / "dir" / "ledger.jsonl"  # init creates its directory
+    made = dpc.ledger.init(ledger, dataset="trial", epsilon=4, accountant="pld")
+    assert [r["kind"] for r in made.records] == ["ledger-init", "cap"]
+    assert made.location == str(ledger) and made.key_location == f"{ledger}.key"
+    assert made.records[1]["cap"] == {"epsilon": 4.0, "delta": 0.0}
+    lowered = dpc.ledger.set_cap(str(ledger), "trial", 3.5, note="safer")
+    assert lowered.records[0]["reason"] == "lower" and lowered.records[0]["note"] == "safer"
+    with pytest.raises(dpc.BudgetExceededError, match="rerun with --raise"):
+        dpc.ledger.set_cap(ledger, "trial", 5)
+    for bad in ("4", None, True, float("inf")):
+        with pytest.raises(dpc.SpecError, match="--epsilon must be"):
+            dpc.ledger.set_cap(ledger, "trial", bad)  # type: ignore[arg-type]
+    with pytest.raises(dpc.SpecError, match="go together"):
+        dpc.ledger.init(tmp_path / "other.jsonl", dataset="trial")
+    assert not (tmp_path / "other.jsonl").exists()
+    with pytest.raises(dpc.OutputError, match="ledger not found"):
+        dpc.ledger.repair(tmp_path / "none.jsonl")
+    assert dpc.verify(ledger).totals["trial"]["cap"]["epsilon"] == 3.5
+
+
+def test_audit_privacy_refuses_bad_options_before_running(in_repo: None) -> None:
+    spec = dpc.build_spec("owl", owl_doc())
+    for option, value in (("pairs", 0), ("rows", 1), ("trials", -1)):
+        with pytest.raises(dpc.SpecError, match=f"--{option} must be at least"):
+            dpc.audit_privacy(spec, **{option: value})
+    with pytest.raises(TypeError, match="data must be"):
+        dpc.audit_privacy(spec, data=[1, 2, 3])

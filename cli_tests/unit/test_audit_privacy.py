@@ -65,16 +65,6 @@ def test_gray_box_catches_understated_laplace_scale() -> None:
     assert right.epsilon_loss == pytest.approx(eps)
 
 
-@pytest.fixture
-def small_owl_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    shutil.copytree(REPO / "sample_data", tmp_path / "sample_data")
-    monkeypatch.chdir(tmp_path)
-    doc = yaml.safe_load((REPO / "configs" / "owl.yaml").read_text())
-    doc["owl"].pop("apply_to")
-    doc["privacy"]["epsilon"] = 1.0  # γ = 75 as in the example: the planted pair attains Δ
-    return write_yaml(tmp_path / "owl.yaml", doc)
-
-
 def test_audit_passes_shipped_owl(small_owl_spec: Path) -> None:
     res = invoke(["audit", "privacy", "--spec", small_owl_spec, "--rows", "40", "--pairs", "12",
                   "--trials", "150", "--json"])

@@ -87,3 +87,20 @@ try:
     dpc.release(spec, trial, ledger=ledger, epsilon=100.0)
 except dpc.BudgetExceededError as refusal:
     print(f"refused (exit code {refusal.exit_code}): {refusal}")
+
+# %% [markdown]
+# ## The ledger, and an audit of the privacy claim
+#
+# `dpc.ledger` has the `dpcausal ledger` commands: here the dataset's cap is lowered (a keyed line
+# in the ledger; raising it needs `allow_raise=True`). `dpc.verify` checks the ledger's chain and
+# each dataset's spend against its cap. `dpc.audit_privacy` runs the command on neighbouring
+# synthetic data sets and measures the privacy loss against the claimed ε: nothing is released or
+# charged.
+
+# %%
+lowered = dpc.ledger.set_cap(ledger, spec.ledger.dataset, 12.0, note="the rest of the quarter")
+print(lowered.records[0]["reason"], lowered.records[0]["cap"])
+print(dpc.verify(ledger).totals[spec.ledger.dataset])
+
+audit = dpc.audit_privacy(spec, pairs=12, trials=0)
+print(audit.to_dict()["verdict"], f"max privacy loss {audit.max_loss:.3f} ≤ ε = {audit.epsilon}")

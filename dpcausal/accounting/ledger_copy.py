@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dpcausal.accounting.budget import Budget
 from dpcausal.accounting.ledger_store import open_store
@@ -33,6 +34,13 @@ class CopyReport:
     key_location: str
     spent: dict[str, Budget] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``dpcausal ledger export|import --json``)."""
+        return {"source": self.source, "dest": self.dest, "records": self.records,
+                "ledger_id": self.ledger_id, "last_hash": self.last_hash,
+                "key": self.key_location, "notes": self.notes,
+                "spent": {ds: b.to_dict() for ds, b in sorted(self.spent.items())}}
 
 
 def _identity(location: str | Path) -> str:

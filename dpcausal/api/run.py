@@ -16,6 +16,7 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dpcausal.api.ledger import ledger_location
 from dpcausal.api.results import Plan, Release
 from dpcausal.api.specs import command_of, spec_sha256
 from dpcausal.errors import SpecError
@@ -31,36 +32,39 @@ Data = Any
 
 
 @contextmanager
+def data_source(data: Data) -> Iterator[Path | None]:
+    """``data`` as the path the readers take: a file's, or an in-memory table's label (registered
+    for the body of the ``with``); None for None."""
+    table = memory.as_memory_table(data)
+    if table is None:
+        if data is not None and not isinstance(data, str | PathLike):
+            raise TypeError("data must be a pandas DataFrame, a pyarrow Table, a path or None; "
+                            f"got {type(data).__name__}")
+        yield None if data is None else Path(data)
+        return
+    with memory.registered(table) as label:
+        yield label
+
+
+@contextmanager
 def _run_spec(spec: CommonSpec, data: Data, *, out: str | PathLike[str] | None,
               ledger: str | PathLike[str] | None, epsilon: float | None, engine: str | None,
               engine_address: str | None) -> Iterator[CommonSpec]:
     """The spec with the call's overrides applied (as the command line's options are), and an
     in-memory table registered as its data for the body of the ``with``."""
     command_of(spec)  # a dpcausal spec, or a TypeError
-    table = memory.as_memory_table(data)
-    if table is None and data is not None and not isinstance(data, str | PathLike):
-        raise TypeError("data must be a pandas DataFrame, a pyarrow Table, a path or None; got "
-                        f"{type(data).__name__}")
-    path = Path(data) if table is None and data is not None else None
-    run = spec.with_overrides(data=path, out=None if out is None else Path(out),
-                              ledger=None if ledger is None else _location(ledger),
-                              epsilon=epsilon)
-    if engine is not None or engine_address is not None:
-        run = run.with_overrides(engine=engine, engine_address=engine_address)
-    if table is None:
+    with data_source(data) as path:
+        run = spec.with_overrides(data=path, out=None if out is None else Path(out),
+                                  ledger=None if ledger is None else ledger_location(ledger),
+                                  epsilon=epsilon)
+        if engine is not None or engine_address is not None:
+            run = run.with_overrides(engine=engine, engine_address=engine_address)
+        table = memory.lookup(path)
+        if table is not None and run.engine is not None:
+            raise SpecError(f"engine: an engine streams a file, and {table.label} is already in "
+                            "memory; remove the spec's engine section (and engine=), or pass the "
+                            "data as a path", field="engine")
         yield run
-        return
-    if run.engine is not None:
-        raise SpecError(f"engine: an engine streams a file, and {table.label} is already in "
-                        "memory; remove the spec's engine section (and engine=), or pass the "
-                        "data as a path", field="engine")
-    with memory.registered(table) as label:
-        yield run.with_overrides(data=label)
-
-
-def _location(ledger: str | PathLike[str]) -> str | Path:
-    """A ledger file (a path) or a database (a ``postgresql://`` URL, kept as text)."""
-    return ledger if isinstance(ledger, str) else Path(ledger)
 
 
 def plan(spec: CommonSpec, data: Data = None, *, ledger: str | PathLike[str] | None = None,

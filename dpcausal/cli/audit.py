@@ -19,7 +19,6 @@ from dpcausal.cli._run import (
     write_json,
 )
 from dpcausal.cli.options import Command, Group
-from dpcausal.errors import AuditViolation, LedgerIntegrityError, OutputError, SpecError
 
 app = typer.Typer(no_args_is_help=True, cls=Group,
                   help="Verify receipts and the ledger; audit a command's privacy empirically.")
@@ -86,22 +85,15 @@ def repair_cmd(
     """
 
     def body() -> None:
-        from dpcausal.accounting.ledger import Ledger
+        from dpcausal.api.ledger import repair
 
-        try:
-            store = Ledger(ledger)
-            snap = store.snapshot()
-            if not snap.exists and not snap.problems:
-                raise OutputError(f"{store.location}: ledger not found; check --ledger")
-            saved = store.repair_torn_tail()
-        except LedgerIntegrityError as exc:
-            raise AuditViolation(str(exc)) from exc
-        if saved is None:
-            stdout_console().print(f"{store.location}: no incomplete line; nothing to repair",
+        done = repair(ledger)
+        if done.moved_to is None:
+            stdout_console().print(f"{done.location}: no incomplete line; nothing to repair",
                                    markup=False)
         else:
-            stdout_console().print(f"{store.location}: moved the incomplete last line (never "
-                                   f"committed) to {saved}", markup=False)
+            stdout_console().print(f"{done.location}: moved the incomplete last line (never "
+                                   f"committed) to {done.moved_to}", markup=False)
 
     guarded(body)
 
@@ -136,45 +128,12 @@ def privacy_cmd(
     """
 
     def body() -> None:
-        import numpy as np
-        import yaml
+        from dpcausal.api.audit import audit_privacy, privacy_violation
 
-        from dpcausal import preprocess
-        from dpcausal.audit.privacy import run_audit
-        from dpcausal.commands import COMMANDS
-        from dpcausal.io.tables import read_table
-        from dpcausal.pipeline import load_side_inputs
-        from dpcausal.spec.load import load_spec, read_spec_bytes
-
-        doc = yaml.safe_load(read_spec_bytes(spec)) or {}
-        by_section = {c.section: c for c in COMMANDS}
-        sections = [k for k in by_section if isinstance(doc, dict) and k in doc]
-        if len(sections) != 1:
-            raise SpecError(
-                f"{spec}: cannot tell which command to audit: the spec needs exactly one of the "
-                f"sections {', '.join(sorted(by_section))}")
-        adapter = by_section[sections[0]].audit_adapter()
-        model, _ = load_spec(spec, adapter.method.spec_model)
-        model = model.with_overrides(data=data)
-        # the audit runs on the model columns: a row-local preprocessing maps neighbours to
-        # neighbours, and the synthetic rows fill the model columns' (derived) bounds
-        prep = preprocess.for_spec(model)
-        model = prep.model_spec(model)
-        if adapter.audit_spec is not None:
-            model = adapter.audit_spec(model)
-        rng = np.random.default_rng(seed)
-        side = load_side_inputs(adapter.method, model, prep)
-        if data is not None:
-            frame = read_table(data, prep.raw_columns(adapter.method.data_columns(model)))
-            prep.check(frame, data)
-            frame = prep.transform(frame)
-        else:
-            frame = adapter.synthesize(model, rows, rng)
         with _progress_bar(quiet or as_json) as progress:
-            report = run_audit(adapter, model, frame, side, pairs=pairs, trials=trials, rng=rng,
-                               progress=progress)
-        violation = (AuditViolation(f"{spec}: " + "; ".join(report.problems), file=spec)
-                     if report.violation else None)
+            report = audit_privacy(spec, data, trials=trials, pairs=pairs, rows=rows, seed=seed,
+                                   check=False, progress=progress)
+        violation = privacy_violation(report, spec)
         if as_json:
             if violation is not None:  # one object: the report and the error
                 fail(violation, as_json=True, report=report.to_dict(), allow_nan=True)

@@ -4,10 +4,8 @@ copy a ledger."""
 from __future__ import annotations
 
 import json
-import math
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,7 +14,7 @@ from dpcausal.cli.options import Command, Group
 from dpcausal.errors import SpecError
 
 if TYPE_CHECKING:
-    from dpcausal.accounting.ledger import Ledger
+    from dpcausal.api.ledger import LedgerUpdate
 
 app = typer.Typer(no_args_is_help=True, cls=Group,
                   help="Create a ledger, record datasets' caps (each a visible, keyed line), and "
@@ -37,32 +35,13 @@ AccountantOpt = Annotated[str, typer.Option(
     "distributions, dp-accounting: much tighter for repeated Gaussian releases).")]
 
 
-def _accountant(name: str) -> Any:
-    from dpcausal.accounting.accountant import ACCOUNTANTS, Accountant
-
-    if name not in ACCOUNTANTS:
-        raise SpecError(f"--accountant must be one of {', '.join(ACCOUNTANTS)}. Got '{name}' "
-                        "instead.")
-    return Accountant(name)
-
-
-def _cap(epsilon: float, delta: float) -> Any:
-    from dpcausal.accounting.budget import Budget
-
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise SpecError(f"--epsilon must be a finite number > 0. Got {epsilon} instead.")
-    if not 0.0 <= delta <= 1.0:
-        raise SpecError(f"--delta must be in [0, 1]. Got {delta} instead.")
-    return Budget(epsilon, delta)
-
-
-def _show(records: list[dict[str, Any]], as_json: bool, ledger: Ledger) -> None:
+def _show(update: LedgerUpdate, as_json: bool) -> None:
     if as_json:
-        sys.stdout.write(json.dumps(records, indent=2) + "\n")
+        sys.stdout.write(json.dumps(update.records, indent=2) + "\n")
         return
     console = stdout_console()
-    where = ledger.location
-    for rec in records:
+    where = update.location
+    for rec in update.records:
         if rec["kind"] == "accountant":
             console.print(f"{where}: line {rec['seq']}: accountant {rec['accountant']['name']} "
                           f"(was {rec['previous']['name']}); every total is recomputed with it",
@@ -76,7 +55,7 @@ def _show(records: list[dict[str, Any]], as_json: bool, ledger: Ledger) -> None:
         else:
             console.print(f"{where}: line {rec['seq']}: {rec['kind']} (ledger id "
                           f"{rec['ledger_id']}, {rec.get('composition', 'basic')} accountant); "
-                          f"key in {ledger.store.key_location()} (keep it private and back it up; "
+                          f"key in {update.key_location} (keep it private and back it up; "
                           "without it the ledger can be neither verified nor extended)",
                           markup=False)
 
@@ -104,23 +83,17 @@ def init_cmd(
     """
 
     def body() -> None:
-        from dpcausal.accounting.ledger import Ledger
+        from dpcausal.api import ledger as api
 
         if adopt:
             if dataset is not None or epsilon is not None or accountant != "basic":
                 raise SpecError("--adopt takes the caps from the old ledger and starts it with the "
                                 "basic accountant; set others afterwards with 'dpcausal ledger "
                                 "set-cap' / 'set-accountant'")
-            led = Ledger(ledger)
-            _show(led.adopt(), as_json, led)
+            _show(api.adopt(ledger), as_json)
             return
-        if (dataset is None) != (epsilon is None):
-            raise SpecError("--dataset and --epsilon go together (the dataset's cap)")
-        cap = _cap(epsilon, delta) if epsilon is not None else None
-        acc = _accountant(accountant)
-        _make_parent(ledger)
-        led = Ledger(ledger)
-        _show(led.init(dataset=dataset, cap=cap, note=note, accountant=acc), as_json, led)
+        _show(api.init(ledger, dataset=dataset, epsilon=epsilon, delta=delta, note=note,
+                       accountant=accountant), as_json)
 
     guarded(body, as_json=as_json)
 
@@ -143,34 +116,20 @@ def set_cap_cmd(
     """Record a dataset's cap in the ledger. Lowering is always allowed; raising needs --raise."""
 
     def body() -> None:
-        from dpcausal.accounting.ledger import Ledger
+        from dpcausal.api import ledger as api
 
-        _cap(epsilon, 0.0 if delta is None else delta)
-        led = Ledger(ledger)
-        rec = led.set_cap(dataset, epsilon, delta, allow_raise=allow_raise, note=note)
-        _show([rec], as_json, led)
+        _show(api.set_cap(ledger, dataset, epsilon, delta, allow_raise=allow_raise, note=note),
+              as_json)
 
     guarded(body, as_json=as_json)
 
 
-def _make_parent(location: str) -> None:
-    from dpcausal.accounting.ledger_url import is_database_url
-
-    if not is_database_url(location):
-        Path(location).absolute().parent.mkdir(parents=True, exist_ok=True)
-
-
 def _copy(source: str, dest: str, as_json: bool) -> None:
-    from dpcausal.accounting.ledger_copy import copy_ledger
+    from dpcausal.api import ledger as api
 
-    _make_parent(dest)
-    report = copy_ledger(source, dest)
+    report = api.copy(source, dest)
     if as_json:
-        sys.stdout.write(json.dumps({
-            "source": report.source, "dest": report.dest, "records": report.records,
-            "ledger_id": report.ledger_id, "last_hash": report.last_hash,
-            "key": report.key_location, "notes": report.notes,
-            "spent": {ds: b.to_dict() for ds, b in sorted(report.spent.items())}}, indent=2) + "\n")
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
         return
     console = stdout_console()
     console.print(f"copied {report.records} record(s) of ledger {report.ledger_id} from "
@@ -232,10 +191,8 @@ def set_accountant_cmd(
     """
 
     def body() -> None:
-        from dpcausal.accounting.ledger import Ledger
+        from dpcausal.api import ledger as api
 
-        led = Ledger(ledger)
-        rec = led.set_accountant(_accountant(accountant), note=note)
-        _show([rec], as_json, led)
+        _show(api.set_accountant(ledger, accountant, note=note), as_json)
 
     guarded(body, as_json=as_json)
