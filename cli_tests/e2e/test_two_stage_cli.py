@@ -140,7 +140,7 @@ def test_gaussian_and_universal(workdir: Path) -> None:
         (lambda d: d["two_stage"].update(bogus=1), 2, "unknown field"),
         (lambda d: d["data"]["columns"].update(outcome="nope"), 2, "nope"),
         (lambda d: d["bounds"].pop("outcome"), 3, "bounds.outcome"),
-        (lambda d: d["two_stage"].pop("l1_radius"), 3, "l1_radius"),
+        (lambda d: d["two_stage"].update(l1_radius=5.0, l1_scale=0.5), 2, "at most one"),
         (lambda d: d["two_stage"].update(weights="mmd", mmd={"bandwidth": 1.0},
                                          ipw_known=None), 3, "universal"),
         (lambda d: d["two_stage"].update(gamma=1e-6), 3, "γ_required"),

@@ -108,8 +108,8 @@ def test_refusals() -> None:
     logit = ts_plan.plan(make_spec(weights="ipw-logit"), 400, {}, rng=rng)  # proven ratio bound
     assert logit.dp_guarantee
     assert logit.details["W1s_bar"] < 0.25 * 2 * 400
-    with pytest.raises(MissingBoundsError, match="l1_radius"):
-        ts_plan.plan(make_spec(l1_radius=None), 100, {}, rng=rng)
+    # no l1_radius: the unit-free default l1_scale: total chooses the ball (issue 17)
+    assert ts_plan.plan(make_spec(l1_radius=None), 100, {}, rng=rng).details["l1_radius"] > 0
     with pytest.raises(MissingBoundsError, match="ipw_known"):
         ts_plan.plan(make_spec(weights="ipw-known"), 100, {}, rng=rng)
     with pytest.raises(SpecError, match="delta"):

@@ -31,7 +31,7 @@ from dpcausal.audit.estimators import EventLoss
 from dpcausal.audit.neighbours import Pair, RowDomain, replace_one
 from dpcausal.audit.privacy import AuditAdapter
 from dpcausal.commands.two_stage.method import METHOD
-from dpcausal.commands.two_stage.setup import build_setup, prepare
+from dpcausal.commands.two_stage.setup import build_setup, prepare, with_radius
 from dpcausal.commands.two_stage.spec import TwoStageSpec
 from dpcausal.commands.two_stage.stage1 import compute_weights
 from dpcausal.errors import SpecError
@@ -152,7 +152,7 @@ def pre_noise(spec: TwoStageSpec, frame: pd.DataFrame, plan: PrivacyPlan,
     if spec.two_stage.noise != "gamma":
         raise SpecError("two_stage.noise: audit privacy covers noise: gamma (pure ε-DP) only; the "
                         "Gaussian variant's loss is random and needs a δ analysis (spec §10 T2)")
-    setup = build_setup(spec)
+    setup = with_radius(build_setup(spec), plan.details)
     data = prepare(spec, setup, frame, spec.data.path)
     w = compute_weights(spec, setup, data)
     n = len(data.t)

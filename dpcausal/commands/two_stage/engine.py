@@ -73,6 +73,7 @@ from dpcausal.commands.two_stage.setup import (
     coef_vector,
     prepare,
     refuse_mmd_on_engine,
+    with_radius,
 )
 from dpcausal.commands.two_stage.spec import EbwSection, IpwLogitSection, TwoStageSpec
 from dpcausal.commands.two_stage.stage1 import _moments
@@ -359,7 +360,7 @@ def run(spec: TwoStageSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, p
         *, rng: np.random.Generator, noise: NoiseGuard) -> Release:
     """Stage 1 and the stage-2 statistics on the engine; b drawn once and θ solved on the client."""
     refuse_mmd_on_engine(spec)
-    setup = build_setup(spec)
+    setup = with_radius(build_setup(spec), plan.details)
     n = engine.n_rows  # the engine checks every pass streams exactly these rows
     engine.load(functools.partial(prepare_batch, spec, setup))
     h, g = stage2_stats(spec, setup, engine, n)

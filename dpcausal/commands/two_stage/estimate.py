@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
-from dpcausal.commands.two_stage.setup import build_setup, prepare
+from dpcausal.commands.two_stage.setup import build_setup, prepare, with_radius
 from dpcausal.commands.two_stage.solver import sufficient_stats
 from dpcausal.commands.two_stage.spec import TwoStageSpec
 from dpcausal.commands.two_stage.stage1 import compute_weights
@@ -19,7 +19,7 @@ from dpcausal.method import Release
 def run(spec: TwoStageSpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, pd.DataFrame],
         *, rng: np.random.Generator, noise: NoiseGuard) -> Release:
     """Stage 1, draw b, stage 2, build the rule (and recommendations for ``apply_to``)."""
-    setup = build_setup(spec)
+    setup = with_radius(build_setup(spec), plan.details)
     data = prepare(spec, setup, frame, spec.data.path)
     n = len(data.t)
     if n != plan.details["n_rows"]:

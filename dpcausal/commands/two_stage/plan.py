@@ -10,6 +10,7 @@ import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.two_stage.calibration import calibrate, noise_to_signal
+from dpcausal.commands.two_stage.penalty import choose_radius
 from dpcausal.commands.two_stage.privacy import mechanism, stability_bounds
 from dpcausal.commands.two_stage.rule import rule_noise
 from dpcausal.commands.two_stage.setup import (
@@ -58,6 +59,11 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
     setup = build_setup(spec)
     bounds = stability_bounds(spec, setup, n_rows)
     dim = setup.fmap.dim
+    choice = choose_radius(explicit=sec.l1_radius, scale=sec.l1_scale, n=n_rows, dim=dim, m_x=M_X,
+                           m_y=setup.m_y, m_inf=setup.m_inf, epsilon=spec.privacy.epsilon,
+                           delta=delta, eps_split=sec.eps_split, noise=sec.noise, bounds=bounds,
+                           mode=sec.calibration, gamma=sec.gamma)
+    setup = dataclasses.replace(setup, l1_radius=choice.radius)
     cal = calibrate(n=n_rows, dim=dim, m_x=M_X, m_inf=setup.m_inf, m_y=setup.m_y,
                     l1_radius=setup.l1_radius,
                     epsilon=spec.privacy.epsilon, delta=delta, eps_split=sec.eps_split,
@@ -90,7 +96,8 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
         "noise": sec.noise, "n_rows": n_rows, "dim": dim, "gamma": gamma,
         "gamma_required": cal.gamma_required, "noise_scale": cal.scale,
         "expected_noise_norm": cal.expected_noise_norm, "noise_to_signal": rho,
-        "zeta": cal.zeta, "W1s_bar": bounds.w1s, "W2aug_bar": bounds.w2aug,
+        "zeta": cal.zeta, "l1_radius": choice.radius, "l1_choice": choice.to_dict(),
+        "W1s_bar": bounds.w1s, "W2aug_bar": bounds.w2aug,
         "stability": bounds.to_dict(),
         # public: whether stage 1 must certify its accuracy (only when the bound in use is
         # method-specific; a clipped-to-universal bound holds for any weights)
@@ -100,6 +107,8 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
         "stage1_fallback": ("none needed (closed form or certified)"
                             if bounds.method_specific(sec.calibration) else STAGE1_FALLBACK),
     }
+    if (shrink := choice.warning()) is not None:
+        details["warning_shrinkage"] = shrink
     if rho > 1.0:
         details["warning"] = (f"noise-to-signal ratio {rho:.3g} > 1: the released rule is likely "
                               "close to random; raise ε or n, or use a more stable weight method")

@@ -67,7 +67,7 @@ def rule_noise(spec: TwoStageSpec, plan: PrivacyPlan) -> RuleNoise:
     ev = plan.events[0]
     alpha = spec.accuracy.alpha
     n, gamma = int(plan.details["n_rows"]), float(plan.details["gamma"])
-    radius = float(spec.two_stage.l1_radius or 0.0)
+    radius = float(plan.details["l1_radius"])
     law = (f"objective perturbation, strong-convexity bound q(‖b‖)/(nγ), n = {n}, γ = {gamma:.4g}, "
            f"‖b‖ {'~ Gamma' if ev.kind == 'l2_laplace' else '= σ·χ'}(d = {ev.params['dim']}, "
            f"scale {ev.noise_scale:.4g}); ≤ 2λ₁ = {2 * radius:g} in ℓ1")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,12 +33,12 @@ class TwoStageSetup:
     lower: float
     upper: float
     l1_radius: float
+    """λ₁ (score units): the spec's ``l1_radius``, else the plan's choice (``with_radius``); NaN
+    in a setup built without it (columns and feature map only)."""
     u_range: tuple[float, float] | None  # ipw-known: [u_lo, u_hi] of 1/π over the public domain
-
-    @property
-    def center(self) -> float:
-        """Public outcome offset: the midpoint of the bounds (does not change the IPW target)."""
-        return 0.5 * (self.lower + self.upper)
+    center: float = math.nan
+    """Public outcome offset c (``two_stage.outcome_center``, default the bounds' midpoint; in
+    the fitting direction): it does not change the IPW target in the population."""
 
     @property
     def m_inf(self) -> float:
@@ -84,11 +85,6 @@ def build_setup(spec: TwoStageSpec) -> TwoStageSetup:
             f"bounds.covariates has no bound for {', '.join(missing)}: two-stage needs public bounds "
             "for every covariate; add them per column or give one [lo, hi] for all"
         )
-    if sec.l1_radius is None:
-        raise MissingBoundsError(
-            "two_stage.l1_radius is missing: θ must lie in a public ℓ₁ ball (the squared loss has no "
-            "finite gradient bound otherwise); add e.g. two_stage: {l1_radius: 10}"
-        )
     columns = ArmColumns.from_spec(spec, "two-stage")
     bnds = np.array(columns.covariate_bounds, dtype=np.float64)
     fmap = FeatureMap(columns.covariates, bnds[:, 0], bnds[:, 1], sec.scaling, sec.intercept)
@@ -116,7 +112,20 @@ def build_setup(spec: TwoStageSpec) -> TwoStageSetup:
         raise MissingBoundsError(
             "weights: ipw-rct needs two_stage.ipw_rct: {p_treated: P} — the design probability"
         )
-    return TwoStageSetup(columns, fmap, lo, hi, float(sec.l1_radius), u_range)
+    center = 0.5 * (lo + hi)
+    if sec.outcome_center is not None:
+        c = -sec.outcome_center if sec.outcome_direction == "lower" else sec.outcome_center
+        if not lo < c < hi:
+            raise SpecError(f"two_stage.outcome_center: {sec.outcome_center:g} must lie strictly "
+                            "inside bounds.outcome (a public guess of the typical outcome)")
+        center = c
+    radius = math.nan if sec.l1_radius is None else float(sec.l1_radius)
+    return TwoStageSetup(columns, fmap, lo, hi, radius, u_range, center)
+
+
+def with_radius(setup: TwoStageSetup, plan_details: dict[str, object]) -> TwoStageSetup:
+    """The setup with the plan's λ₁ (the rule's choice when the spec gives no l1_radius)."""
+    return dataclasses.replace(setup, l1_radius=float(plan_details["l1_radius"]))  # type: ignore[arg-type]
 
 
 def coef_vector(spec: TwoStageSpec) -> FloatArray:

@@ -124,10 +124,24 @@ class TwoStageSection(BinaryArms):
     """Share in (0, 1) of ε spent on the noise term (default 0.5); the rest covers the Jacobian
     term, which sets γ_required: a larger share means less noise but a larger γ (more
     shrinkage)."""
+    l1_scale: Annotated[float, Field(gt=0.0, le=100.0)] | Literal["total"] = "total"
+    """Unit-free size of the ℓ₁ ball θ lives in: λ₁ = r·2M_y/M_∞, the ball whose largest score on
+    the covariate box is r times the target bound 2M_y (ζ = 4M_xM_y(1 + r)), so rescaling the
+    outcome leaves the rule's law unchanged. ``total`` (default): the public rule of
+    dpcausal/commands/two_stage/penalty.py, r = clip(0.05/ν₀, 0.05, 1) from the plan's predicted
+    relative noise ν₀ (a smaller ball denoises at small nε; r → 1 as nε → ∞). Give at most one of
+    l1_scale and l1_radius."""
     l1_radius: PositiveFinite | None = None
-    """λ₁ > 0: θ is constrained to ‖θ‖₁ ≤ λ₁ (required). The sensitivity grows with
-    ζ = 2M_x(2M_y + M_∞λ₁), M_∞ = (1 − 8u)/√d (d = dim θ), so a larger λ₁ allows a larger rule
-    but adds noise."""
+    """The old form, in explicit units: λ₁ > 0 in **score units (2 × outcome units)**: θ is
+    constrained to ‖θ‖₁ ≤ λ₁, ζ = 2M_x(2M_y + M_∞λ₁), M_∞ = (1 − 8u)/√d (d = dim θ). The same
+    number is a different ball on a dollar and on a thousand-dollar outcome; prefer l1_scale."""
+    outcome_center: float | None = None
+    """Public centre c of the outcome (in its units, inside bounds.outcome; default the bounds'
+    midpoint): the target is t = 2(y − c)ã and M_y = max(U − c, c − L). In the population c does
+    not change the IPW target, but in a sample the term −2c·Σwãx/n adds variance that grows with
+    |c − mean outcome|: for a skewed outcome (earnings in [0, 60,000] with mean ≈ 5,000) a public
+    guess of the mean (a prior study, the literature) moves the rule towards the optimal one even
+    at ε → ∞, at the noise cost of a larger M_y (benchmarks/RESULTS.md, "two-stage defaults")."""
     gamma: PositiveFinite | None = None
     """Ridge γ > 0 of stage 2; default γ_required (the smallest the calibration allows); a
     smaller value is refused. A larger γ shrinks the rule more without reducing the noise."""
@@ -163,6 +177,9 @@ class TwoStageSection(BinaryArms):
         for method, name in sections.items():
             if getattr(self, name) is not None and self.weights != method:
                 raise ValueError(f"two_stage.{name} is only used with weights: {method}")
+        if self.l1_radius is not None and "l1_scale" in self.model_fields_set:
+            raise ValueError("give at most one of two_stage.l1_scale (unit-free, preferred) and "
+                             "two_stage.l1_radius (score units)")
         if self.weights == "mmd" and self.mmd is None:
             raise ValueError("weights: mmd needs a two_stage.mmd section with a public bandwidth")
         return self
