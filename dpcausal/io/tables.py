@@ -340,7 +340,10 @@ def csv_column_types(path: Path, columns: list[str], block_size: int = CSV_BLOCK
                 rows += batch.num_rows
             return types, rows
         except pa.ArrowInvalid as exc:
-            found = re.match(r"In CSV column #(\d+): CSV conversion error", str(exc))
+            # pyarrow names the row too when it reads on one thread (OMP_NUM_THREADS=1, which the
+            # command line sets on machines with at most 2 cores): "In CSV column #2: Row #2: ..."
+            found = re.match(r"In CSV column #(\d+): (?:Row #\d+: )?CSV conversion error",
+                             str(exc))
             column = names[int(found.group(1))] if found and int(found.group(1)) < len(names) \
                 else None
             if column not in types or types[column] == pa.string():
