@@ -54,3 +54,21 @@ def gamma(k: int) -> float:
     if ku >= 0.5:
         raise ValueError(f"{k} terms are too many for the float64 rounding model")
     return ku / (1.0 - ku)
+
+
+def descent_contraction_gap(step: float, strong: float, smooth: float) -> float:
+    """1 − q, rounded down, for one gradient step of size s ≤ 2/(μ + L) on a μ-strongly convex,
+    L-smooth function: ‖x − s∇f(x) − (y − s∇f(y))‖ ≤ q‖x − y‖ with q = √(1 − x),
+    x = 2sμL/(μ + L) (Nesterov, Lectures on Convex Optimization, 2nd ed., Thm 2.1.12 and the
+    proof of Thm 2.1.15); a projection onto a convex set holding the minimiser keeps the bound.
+    Computed as x/(1 + √(1 − x)), which keeps its accuracy when μ ≪ L."""
+    x = min(2.0 * step * strong * smooth / (strong + smooth), 1.0)
+    return x / (1.0 + math.sqrt(1.0 - x)) * (1.0 - 1e-9)
+
+
+def descent_steps(initial: float, target: float, gap: float) -> int:
+    """The smallest public N (plus one) with (1 − gap)^N·initial ≤ target."""
+    need = math.log(initial / target)
+    if need <= 0.0:
+        return 0
+    return math.ceil(need / -math.log1p(-gap) * (1.0 + 1e-9)) + 1

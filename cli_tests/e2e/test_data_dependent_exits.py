@@ -320,3 +320,45 @@ def test_owl_releases_with_the_stated_sensitivity_when_the_fast_solve_fails(
     events = [json.loads(r.stdout)["events"][0] for r in fast + slow]
     assert len({e["sensitivity"] for e in events}) == 1
     assert len({e["params"]["solver_fallback_steps"] for e in events}) == 1
+
+
+@pytest.mark.parametrize("weights", ["ipw-logit", "ebw"])
+def test_two_stage_releases_with_the_stated_sensitivity_when_stage1_cannot_certify(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, weights: str
+) -> None:
+    """Issue 13: with `sensitivity: method` a stage-1 dual whose Newton solve failed or whose
+    certificate missed η/2 raised SolverError (exit 2, after the data was read), so a neighbour on
+    which the solve misses flipped exit 0 → 2. With both forced to fail the run now releases
+    through the guaranteed fallback (projected gradient descent for a public number of steps,
+    within η/2 by proof), with the sensitivity of the plan."""
+    from dpcausal.commands.two_stage import dual
+    from dpcausal.errors import SolverError
+
+    section = ({"ipw_logit": {"radius": 0.3, "ridge": 1.0}} if weights == "ipw-logit" else
+               {"ebw": {"radius": 0.5, "ridge": 10.0, "min_arm_fraction": 0.3,
+                        "arm_totals": "sample"}})
+    doc = spec_doc("two_stage", {"treated": 1, "control": 0, "weights": weights,
+                                 "sensitivity": "method", "l1_radius": 5.0, **section},
+                   (0.0, 1.0))
+    base = _obs_frame(80, 1.0, seed=5)
+    frames = [base, _neighbour(base, 9, 1.0)]
+    fast = run_pair(tmp_path / "fast", "two-stage", doc, frames, ("--json",))
+    plan = invoke(["two-stage", "--spec", tmp_path / "fast" / "s0.yaml", "--data",
+                   tmp_path / "fast" / "d0.csv", "--dry-run", "--json"])
+    details = json.loads(plan.stdout)["details"]
+    assert details["stage1_certified"] is True, plan.stdout
+    assert "projected gradient descent" in details["stage1_fallback"]
+    real_newton = dual._ball_newton
+
+    def failing_newton(fun: Any, x0: Any, radius: float, **kwargs: Any) -> Any:
+        if kwargs.get("strict", True):
+            raise SolverError("stage-1 solve did not converge")
+        return real_newton(fun, x0, radius, **kwargs)
+
+    monkeypatch.setattr(dual, "_ball_newton", failing_newton)
+    monkeypatch.setattr(dual, "_certified", lambda *args, **kwargs: None)
+    slow = run_pair(tmp_path / "slow", "two-stage", doc, frames, ("--json",))
+    assert [r.exit_code for r in fast + slow] == [0, 0, 0, 0], [r.output for r in slow]
+    events = [json.loads(r.stdout)["events"][0] for r in fast + slow]
+    assert len({e["sensitivity"] for e in events}) == 1
+    assert len({json.dumps(e["params"]["stability"], sort_keys=True) for e in events}) == 1

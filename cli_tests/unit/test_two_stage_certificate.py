@@ -379,7 +379,7 @@ def test_certificate_is_never_optimistic(radius: float, ridge: float) -> None:
 
         lam = dual._ball_newton(fun, np.zeros(d), radius, what="test")
         exact = _mp_minimiser(_mp_logit(feats, af, ridge), lam, radius)
-        points = [lam, dual._certified(fun, lam, radius, ridge, n=n, what="test")]
+        points = [lam, dual._certified(fun, lam, radius, ridge, n=n)]
         for scale in (1e-14, 1e-11, 1e-8, 1e-5, 1e-2):
             points.append(lam + scale * rng.normal(size=d))
             points.append(lam * (1 - scale))
@@ -489,10 +489,35 @@ def test_certificate_is_never_optimistic_ebw(radius: float, ridge: float) -> Non
         lam = dual._ball_newton(fun, np.zeros(d), radius, what="test")
         exact = _mp_minimiser(_mp_ebw(rows, target, ridge), lam, radius)
         eps_g = dual.gradient_rounding_allowance(n, d, radius, ridge)
-        points = [lam, dual._certified(fun, lam, radius, ridge, n=n, what="test")]
+        points = [lam, dual._certified(fun, lam, radius, ridge, n=n)]
         points += [lam + sc * rng.normal(size=d) for sc in (1e-12, 1e-8, 1e-4)]
         for x in points:
             x = dual._inside(x, radius)
             cert = dual.certified_distance(fun(x, 0.0)[1], x, radius, ridge, grad_err=eps_g)
             true = mpmath.sqrt(sum((mpmath.mpf(float(x[j])) - exact[j]) ** 2 for j in range(d)))
             assert cert >= float(true), (cert, float(true))
+
+
+@pytest.mark.parametrize(("radius", "ridge"), [(0.3, 1.0), (1.0, 0.1), (0.05, 1e-3)])
+def test_guaranteed_descent_ends_within_half_eta_of_the_exact_minimiser(
+        radius: float, ridge: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13: the fallback that replaced the stage-1 SolverError. With its early exit disabled
+    (no candidate ever certifies) it runs its public number of steps from the far side of the ball
+    and ends within η/2 of the 50-digit minimiser, interior (ridge 1) or on the sphere (R = 0.05)."""
+    mpmath.mp.dps = 50
+    rng = np.random.default_rng(int(100 * radius + 1 / ridge))
+    n, d = 12, 3
+    s = rng.uniform(-1, 1, size=(n, d - 1))
+    a = rng.uniform(size=n) < special.expit(3 * s[:, 0])
+    feats = np.hstack([np.ones((n, 1)), s])
+    af = a.astype(np.float64)
+    fun = wts.logit_objective(lambda lam: wts.logit_sums(feats, af, lam), n, d, ridge)
+    lam = dual._ball_newton(fun, np.zeros(d), radius, what="test")
+    exact = _mp_minimiser(_mp_logit(feats, af, ridge), lam, radius)
+    acc = dual.DualAccuracy(n, d, radius, ridge)
+    monkeypatch.setattr(dual, "certified_distance", lambda *args, **kwargs: math.inf)
+    x = dual.guaranteed_descent(fun, -lam * (radius / float(np.linalg.norm(lam))), acc)
+    true = mpmath.sqrt(sum((mpmath.mpf(float(x[j])) - exact[j]) ** 2 for j in range(d)))
+    assert float(np.linalg.norm(x)) <= radius
+    assert float(true) <= 0.5 * dual.certificate_slack(n, d, radius, ridge), float(true)
+    assert acc.steps < 20_000

@@ -40,7 +40,15 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from dpcausal.numerics import SAFETY, SUM_CHUNK, UNIT_ROUNDOFF, exact_total, gamma
+from dpcausal.numerics import (
+    SAFETY,
+    SUM_CHUNK,
+    UNIT_ROUNDOFF,
+    descent_contraction_gap,
+    descent_steps,
+    exact_total,
+    gamma,
+)
 from dpcausal.solvers.backend import Backend, InMemory
 from dpcausal.solvers.erm_passes import gradient_pass
 
@@ -128,9 +136,7 @@ class ERMAccuracy:
     def contraction_gap(self) -> float:
         """1 − q ≤ 1 − √(1 − x), x = 2sγL/(γ + L), the fallback's contraction per step (computed
         as x/(1 + √(1 − x)), which keeps its accuracy when γ ≪ L, and rounded down)."""
-        big_l, g = self.smoothness, self.gamma
-        x = min(2.0 * self.step * g * big_l / (g + big_l), 1.0)
-        return x / (1.0 + math.sqrt(1.0 - x)) * (1.0 - 1e-9)
+        return descent_contraction_gap(self.step, self.gamma, self.smoothness)
 
     @property
     def update_allowance(self) -> float:
@@ -155,10 +161,7 @@ class ERMAccuracy:
     @property
     def fallback_steps(self) -> int:
         """N with q^N·2ρ ≤ τ/γ: the fallback's public number of gradient steps."""
-        need = math.log(2.0 * self.radius * self.gamma / self.stop_tol)
-        if need <= 0.0:
-            return 0
-        return math.ceil(need / -math.log1p(-self.contraction_gap) * (1.0 + 1e-9)) + 1
+        return descent_steps(2.0 * self.radius * self.gamma, self.stop_tol, self.contraction_gap)
 
     def problem(self) -> str | None:
         """Why float64 cannot give this solve a useful guarantee (checked by the plan, on public

@@ -11,7 +11,8 @@ bounds) before it enters any statistic.
   stage-2 pass.
 * Stage 1, ``ipw-logit`` / ``ebw``: the shared solver and certificate of
   :mod:`dpcausal.commands.two_stage.weights` (``solve_dual`` = ``_ball_newton`` then, only when the
-  bound in use is method-specific, ``_certified``) run on the client with a ``fun(λ, μ)`` whose
+  bound in use is method-specific, ``_certified`` or the guaranteed fallback) run on the client
+  with a ``fun(λ, μ)`` whose
   value, gradient and Hessian are engine passes: ipw-logit sums Σ(log(1+eᶻ) − a z), Σ(p − a)x,
   Σp(1−p)xxᵀ over batches (``map_sum``); ebw returns per batch (max z, Σe^{z−max}, Σe^{z−max}b,
   Σe^{z−max}bbᵀ — block-diagonal: b_i is zero outside its arm's block) and the client combines

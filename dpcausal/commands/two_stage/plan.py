@@ -11,7 +11,7 @@ import pandas as pd
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.two_stage.calibration import calibrate, noise_to_signal
 from dpcausal.commands.two_stage.penalty import choose_radius
-from dpcausal.commands.two_stage.privacy import mechanism, stability_bounds
+from dpcausal.commands.two_stage.privacy import mechanism, stability_bounds, stage1_dual
 from dpcausal.commands.two_stage.rule import rule_noise
 from dpcausal.commands.two_stage.setup import (
     M_X,
@@ -104,8 +104,8 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
         "stage1_certified": (sec.sensitivity == "method" and sec.weights in ("ipw-logit", "ebw")
                              and bounds.method_specific(sec.calibration)),
         # public: what stage 1 does when its solve fails (never a refusal: that would be an output)
-        "stage1_fallback": ("none needed (closed form or certified)"
-                            if bounds.method_specific(sec.calibration) else STAGE1_FALLBACK),
+        "stage1_fallback": _stage1_fallback(spec, setup, n_rows, bounds.method_specific(
+            sec.calibration)),
     }
     if (shrink := choice.warning()) is not None:
         details["warning_shrinkage"] = shrink
@@ -137,6 +137,17 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
         details=details,
     )
     return dataclasses.replace(plan, accuracy=rule_noise(spec, plan).accuracy(setup.fmap, n_search=True))
+
+
+def _stage1_fallback(spec: TwoStageSpec, setup: TwoStageSetup, n: int, specific: bool) -> str:
+    """What stage 1 does when its solve fails (public; never a refusal: that would be an output)."""
+    if not specific:
+        return STAGE1_FALLBACK
+    dual = stage1_dual(spec, setup, n)
+    if dual is None:
+        return "none needed (closed form)"
+    return (f"if the dual does not certify: projected gradient descent, {dual.steps} steps, within "
+            "the planned solver slack by proof (the same sensitivity)")
 
 
 def _weight_params(spec: TwoStageSpec, setup: TwoStageSetup) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from dpcausal.commands.two_stage.calibration import (
     uniform_bounds,
     universal_bounds,
 )
+from dpcausal.commands.two_stage.dual_accuracy import DualAccuracy
 from dpcausal.commands.two_stage.setup import TwoStageSetup
 from dpcausal.commands.two_stage.spec import (
     CERTIFIED_METHODS,
@@ -65,6 +66,20 @@ def stability_bounds(spec: TwoStageSpec, setup: TwoStageSetup, n: int) -> Stabil
                                 lambda_slack=dual.certificate_slack(n, k, cfg.radius, cfg.ridge))
     assert setup.u_range is not None
     return ipw_known_bounds(n, *setup.u_range)
+
+
+def stage1_dual(spec: TwoStageSpec, setup: TwoStageSetup, n: int) -> DualAccuracy | None:
+    """The public constants of the ipw-logit / ebw stage-1 dual (its guaranteed fallback's step
+    count among them), or None for the other weight methods."""
+    sec = spec.two_stage
+    if sec.weights == "ebw":
+        ebw = sec.ebw or EbwSection()
+        return DualAccuracy(n, 2 * (1 + ebw.moments * len(setup.fmap.names)), ebw.radius,
+                            ebw.ridge)
+    if sec.weights == "ipw-logit":
+        cfg = sec.ipw_logit or IpwLogitSection()
+        return DualAccuracy(n, 1 + len(setup.fmap.names), cfg.radius, cfg.ridge)
+    return None
 
 
 def mechanism(spec: TwoStageSpec, cal: Calibrated, dim: int) -> L2LaplaceMechanism | GaussianNoiseVector:

@@ -38,8 +38,9 @@ def compute_weights(spec: TwoStageSpec, setup: TwoStageSetup, data: Prepared) ->
     singular system, non-finite weights) is replaced by the fixed public choice w ≡ 1, silently:
     the stability bound, the noise and the outputs are those of any other weights. Otherwise the
     bound is method-specific and the weights are closed forms (uniform, ipw-rct, ipw-known: finite
-    by their public bounds) or certified duals (ipw-logit, ebw), whose only failure is the
-    certificate's, not reachable through rounding (``dual._certified``).
+    by their public bounds) or duals (ipw-logit, ebw) within η/2 of the exact minimiser whichever
+    way the solve ends: certified, or the guaranteed fallback (``dual.solve_dual``), never a
+    refusal.
     """
     sec = spec.two_stage
     n = len(data.t)

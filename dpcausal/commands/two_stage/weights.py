@@ -1,6 +1,7 @@
 """Stage 1 of ``two-stage``: balancing weights, solved exactly, never released (DP-2ERM §4).
 
-Every function returns w ∈ nΔⁿ (w ≥ 0, Σw = n). Non-convergence raises SolverError (no release).
+Every function returns w ∈ nΔⁿ (w ≥ 0, Σw = n). Non-convergence raises SolverError only where the
+caller does not need it (mmd; ipw-logit and ebw fall back without raising: ``dual.solve_dual``).
 Inputs are already clipped to the public bounds. Treatment ``a`` is boolean (True = treated).
 
 * ``uniform``   — w ≡ 1.
@@ -82,8 +83,9 @@ def ipw_logit_weights(a: BoolArray, feats: FloatArray, *, radius: float, ridge: 
     """Ridge logistic propensity in the ℓ₂ ball (4.10), then arm-specific IPW.
 
     ``feats`` are the public-scaled covariates with an intercept column. With ``certify`` the
-    computed λ̃ is certified to lie within η/2 of the exact minimiser, η = ``certificate_slack``
-    (else SolverError). two_stage.compute_weights certifies only when the bound in use is
+    computed λ̃ lies within η/2 of the exact minimiser, η = ``certificate_slack``: certified, or
+    by the guaranteed fallback's proof (``dual.solve_dual``; never a SolverError).
+    two_stage.compute_weights certifies only when the bound in use is
     method-specific (not clipped to the universal caps).
     """
     n, d = feats.shape
