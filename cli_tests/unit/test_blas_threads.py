@@ -9,7 +9,13 @@ import sys
 
 import pytest
 
-from dpcausal.cli.threads import LIBRARY_VARIABLES, OVERRIDE, blas_threads, set_blas_threads
+from dpcausal.cli.threads import (
+    BLAS_VARIABLES,
+    LIBRARY_VARIABLES,
+    OVERRIDE,
+    blas_threads,
+    set_blas_threads,
+)
 
 
 def test_one_thread_on_two_cores_and_the_library_default_beyond() -> None:
@@ -32,7 +38,8 @@ def test_the_user_decides() -> None:
 def test_set_writes_every_library_variable_and_leaves_a_user_choice_alone() -> None:
     env: dict[str, str] = {}
     assert set_blas_threads(env, cores=2) == 1
-    assert all(env[name] == "1" for name in LIBRARY_VARIABLES)
+    assert all(env[name] == "1" for name in BLAS_VARIABLES)
+    assert "OMP_NUM_THREADS" not in env  # pyarrow's pool stays as it is
     env = {"OPENBLAS_NUM_THREADS": "2"}
     assert set_blas_threads(env, cores=2) is None
     assert env == {"OPENBLAS_NUM_THREADS": "2"}
