@@ -98,9 +98,11 @@ except dpc.BudgetExceededError as refusal:
 # charged.
 
 # %%
-lowered = dpc.ledger.set_cap(ledger, spec.ledger.dataset, 12.0, note="the rest of the quarter")
+assert spec.ledger is not None  # configs/owl.yaml caps its dataset
+dataset = spec.ledger.dataset
+lowered = dpc.ledger.set_cap(ledger, dataset, 12.0, note="the rest of the quarter")
 print(lowered.records[0]["reason"], lowered.records[0]["cap"])
-print(dpc.verify(ledger).totals[spec.ledger.dataset])
+print(dpc.verify(ledger).totals[dataset])
 
 audit = dpc.audit_privacy(spec, pairs=12, trials=0)
 print(audit.to_dict()["verdict"], f"max privacy loss {audit.max_loss:.3f} ≤ ε = {audit.epsilon}")
