@@ -39,7 +39,7 @@ DRY_RUN: dict[str, tuple[str, ...]] = {
 }
 
 RELEASE: dict[str, tuple[str, ...]] = {
-    "select-policy": (*BASE, "scipy.linalg"),
+    "select-policy": (*BASE, "scipy.linalg", "matplotlib"),
     # scipy.stats: the Sobol grid of the GP path (qmc)
     "cate": (*BASE, "scipy.stats", "scipy.optimize", "scipy.integrate", "scipy.linalg",
              "matplotlib"),

@@ -15,10 +15,10 @@ from cli_tests.helpers import REPO
 from dpcausal.commands import by_name
 
 FIGURES = {"synth-control": "synth_control.png", "owl": "rule.png", "two-stage": "rule.png",
-           "cate": "cate.png"}
+           "cate": "cate.png", "select-policy": "selection.png"}
 
 
-@pytest.mark.parametrize("command", ["synth-control"])
+@pytest.mark.parametrize("command", ["synth-control", "select-policy"])
 def test_plot_false_writes_no_figure_and_loads_no_matplotlib(command: str,
                                                              tmp_path: Path) -> None:
     section = command.replace("-", "_")
@@ -26,6 +26,8 @@ def test_plot_false_writes_no_figure_and_loads_no_matplotlib(command: str,
     doc[section]["plot"] = False
     for key in ("path",):
         doc["data"][key] = str(REPO / doc["data"][key])
+    if "library" in doc[section]:  # select-policy's library file, read from the run's directory
+        doc[section]["library"]["path"] = str(REPO / doc[section]["library"]["path"])
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(doc))
     script = (

@@ -41,7 +41,7 @@ def test_example_config_releases_selection_and_receipt(workdir: Path) -> None:
     assert res.exit_code == 0, res.output
     out = workdir / "out" / "select_policy"
     sel, receipt = read_json(out / "selection.json"), read_json(out / "receipt.json")
-    assert {o["path"] for o in receipt["outputs"]} == {"selection.json"}
+    assert {o["path"] for o in receipt["outputs"]} == {"selection.json", "selection.png"}
     assert sel["selected"]["name"] in {p["name"] for p in yaml.safe_load(
         Path("configs/policies_example.yaml").read_text())["policies"]}
     assert sel["regime"] == "learned"

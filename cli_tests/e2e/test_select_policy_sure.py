@@ -4,6 +4,7 @@ row, and --target-halfwidth names an ε that meets the target."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -71,3 +72,28 @@ def test_guard_refuses_before_reading_rows_and_the_planner_names_an_epsilon(work
     ok = invoke(["select-policy", "--spec", "configs/select_policy.yaml", "--dry-run", "--json",
                  "--epsilon", str(eps)])
     assert json.loads(ok.stdout)["accuracy"][0]["halfwidth"] <= gap / 2
+
+
+def test_selection_png_is_written_listed_in_the_receipt_and_optional(workdir: Path) -> None:
+    """Issue 16: selection.png is a staged output like every other (listed with its hash in the
+    receipt); ``plot: false`` writes none."""
+    def with_value(doc: dict[str, Any]) -> None:
+        doc["select_policy"]["value_release"] = {"epsilon": 0.5}
+
+    out = workdir / "out" / "select_policy"
+    res = invoke(["select-policy", "--spec", spec(workdir, with_value), "--test-noise-seed", "3"])
+    assert res.exit_code == 0, res.output
+    png = (out / "selection.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
+    outputs = {o["path"]: o["sha256"] for o in read_json(out / "receipt.json")["outputs"]}
+    assert outputs["selection.png"] == hashlib.sha256(png).hexdigest()
+
+    def no_plot(doc: dict[str, Any]) -> None:
+        doc["select_policy"]["plot"] = False
+        doc["output"]["dir"] = "out/select_policy_noplot"
+
+    res = invoke(["select-policy", "--spec", spec(workdir, no_plot), "--test-noise-seed", "3"])
+    assert res.exit_code == 0, res.output
+    quiet = workdir / "out" / "select_policy_noplot"
+    assert sorted(p.name for p in quiet.iterdir()) == ["receipt.json", "selection.json"]
+    assert "selection.png" not in json.dumps(read_json(quiet / "receipt.json")["outputs"])

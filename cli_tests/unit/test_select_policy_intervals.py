@@ -108,3 +108,22 @@ def test_lower_direction_clamps_on_the_declared_bounds() -> None:
     assert rec["estimate"] == pytest.approx(3.0, abs=1e-3) and "clamped" not in rec
     assert rec["interval"]["lo"] < rec["estimate"] < rec["interval"]["hi"]
     assert rec["interval"]["hi"] - rec["interval"]["lo"] < 1e-3
+
+
+def test_the_pictures_curve_is_the_value_gaps_formula() -> None:
+    """selection.png's guarantee curve is value_gap's own formula: it passes through the released
+    (value_gap, 1 − α), starts at a uniform draw's 1/M at t = 0, and is the closed form
+    1 − α(t) = 1/(1 + (M − 1)·exp(−t·nε/(2Δ))) of the exponential mechanism's bound."""
+    from dpcausal.commands.select_policy.picture import guarantee_curve
+
+    spec = make_spec(epsilon=2.0)
+    _, (doc,) = releases(spec, np.zeros(len(POLICIES)), draws=1)
+    t, level = guarantee_curve(doc)
+    m, priv = len(POLICIES), doc["privacy"]
+    assert t[0] == pytest.approx(0.0, abs=1e-12) and level[0] == pytest.approx(1.0 / m)
+    closed = 1.0 / (1.0 + (m - 1) * np.exp(-t * priv["n"] * priv["epsilon"]
+                                           / (2.0 * priv["sensitivity"])))
+    np.testing.assert_allclose(level, closed, rtol=1e-9)
+    gap, lv = doc["accuracy"]["value_gap"], doc["accuracy"]["level"]
+    assert np.interp(lv, level, t) == pytest.approx(gap, rel=1e-3)
+    assert level[-1] >= 0.999

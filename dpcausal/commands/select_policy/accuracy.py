@@ -82,14 +82,18 @@ def value_record(setup: Setup, value: float, *, epsilon: float, alpha: float) ->
     clamped} (the interval convention): clamped to the declared outcome bounds (the estimand, a
     mean outcome, lies there), or to [−B, B] in regime fixed (a mean of clipped scores)."""
     scale = setup.utility_sensitivity / setup.n / epsilon
+    return interval_record(value, laplace_halfwidth(scale, alpha), alpha=alpha,
+                           law=f"Laplace(b={scale:.4g})", bounds=value_bounds(setup))
+
+
+def value_bounds(setup: Setup) -> tuple[float, float]:
+    """The public range of a policy's value on the outcome's own scale: the declared outcome
+    bounds, or [−B, B] in regime fixed."""
     inputs = setup.inputs
     if isinstance(inputs, NuisanceInputs):  # y_bounds are on the signed scale: undo the sign
         lo, hi = sorted((inputs.sign * inputs.y_bounds[0], inputs.sign * inputs.y_bounds[1]))
-    else:
-        lo, hi = -inputs.bound, inputs.bound
-    bounds = (lo, hi)
-    return interval_record(value, laplace_halfwidth(scale, alpha), alpha=alpha,
-                           law=f"Laplace(b={scale:.4g})", bounds=bounds)
+        return float(lo), float(hi)
+    return -float(inputs.bound), float(inputs.bound)
 
 
 def shrinkage(setup: Setup) -> dict[str, Any]:

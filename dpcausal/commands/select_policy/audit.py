@@ -232,7 +232,13 @@ def output_vector(release: Release) -> FloatArray:
     return onehot
 
 
+def without_plot(spec: SelectPolicySpec) -> SelectPolicySpec:
+    """The audited spec: no figure (post-processing only, the released numbers are unchanged)."""
+    return spec.model_copy(update={"select_policy": spec.select_policy.model_copy(
+        update={"plot": False})})
+
+
 ADAPTER = AuditAdapter(METHOD, "select_policy", synthesize, neighbours, pre_noise, output_vector,
-                       coupled_spec=audit_spec)
+                       audit_spec=without_plot, coupled_spec=audit_spec)
 """select-policy's audit adapter (listed in :data:`dpcausal.commands.COMMANDS`)."""
 """(synthesize, neighbours, pre_noise, output_vector), in AuditAdapter's order."""

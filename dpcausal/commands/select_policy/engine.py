@@ -28,6 +28,7 @@ import pandas as pd
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.select_policy.estimate import release_selection
 from dpcausal.commands.select_policy.library import PolicyLibrary
+from dpcausal.commands.select_policy.release import build_release
 from dpcausal.commands.select_policy.scores import (
     Nuisance,
     frozen_nuisance,
@@ -163,12 +164,4 @@ def run(spec: SelectPolicySpec, engine: Engine, plan: PrivacyPlan, side: dict[st
     utilities = compute_utilities(spec, setup, engine, side)
     doc, value_doc = release_selection(spec, setup, utilities, plan, noise=noise)
     del utilities
-    summary: dict[str, Any] = {"selected_policy": doc["selected"]["name"],
-                               "library_size": setup.library.size,
-                               "utility_sensitivity": setup.utility_sensitivity,
-                               "engine": engine.description}
-    summary["value_gap"] = doc["accuracy"]["value_gap"]
-    if value_doc is not None:
-        summary["released_value"] = {k: value_doc[k] for k in ("estimate", "interval", "clamped")
-                                     if k in value_doc}
-    return Release(documents={"selection.json": doc}, summary=summary)
+    return build_release(spec, setup, doc, value_doc, {"engine": engine.description})

@@ -14,7 +14,7 @@ from dpcausal.commands.select_policy.accuracy import value_record
 from dpcausal.commands.select_policy.library import PolicyLibrary
 from dpcausal.commands.select_policy.multi_library import MultiArmLibrary
 from dpcausal.commands.select_policy.privacy import choice_mechanism, value_mechanism
-from dpcausal.commands.select_policy.release import selection_document
+from dpcausal.commands.select_policy.release import build_release, selection_document
 from dpcausal.commands.select_policy.scores import (
     fit_nuisance,
     frozen_nuisance,
@@ -111,11 +111,4 @@ def run(spec: SelectPolicySpec, frame: pd.DataFrame, plan: PrivacyPlan, side: di
     utilities = compute_utilities(spec, setup, frame, side)
     doc, value_doc = release_selection(spec, setup, utilities, plan, noise=noise)
     del utilities
-    summary: dict[str, Any] = {"selected_policy": doc["selected"]["name"],
-                               "library_size": setup.library.size,
-                               "utility_sensitivity": setup.utility_sensitivity}
-    summary["value_gap"] = doc["accuracy"]["value_gap"]
-    if value_doc is not None:
-        summary["released_value"] = {k: value_doc[k] for k in ("estimate", "interval", "clamped")
-                                     if k in value_doc}
-    return Release(documents={"selection.json": doc}, summary=summary)
+    return build_release(spec, setup, doc, value_doc)

@@ -1,13 +1,16 @@
-"""select-policy's released document: the chosen policy and the public calibration."""
+"""select-policy's release: the chosen policy and the public calibration (``selection.json``), the
+summary, and the picture (``selection.png``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from dpcausal.accounting.plan import PrivacyPlan
-from dpcausal.commands.select_policy.accuracy import gap_record
+from dpcausal.commands.select_policy.accuracy import gap_record, value_bounds
+from dpcausal.commands.select_policy.picture import plot_selection
 from dpcausal.commands.select_policy.setup import STAGE_CHOICE, Setup
 from dpcausal.commands.select_policy.spec import SelectPolicySpec
+from dpcausal.method import Release
 
 SELECTION_FORMAT_VERSION = 1
 
@@ -41,3 +44,20 @@ def selection_document(spec: SelectPolicySpec, setup: Setup, k: int, plan: Priva
     if value_doc is not None:
         doc["value_release"] = value_doc
     return doc
+
+
+def build_release(spec: SelectPolicySpec, setup: Setup, doc: dict[str, Any],
+                  value_doc: dict[str, Any] | None, facts: dict[str, Any] | None = None) -> Release:
+    """selection.json, the summary (``facts``: public facts of the run, e.g. the engine) and, with
+    ``select_policy.plot``, selection.png (drawn from the document and public bounds only)."""
+    summary: dict[str, Any] = {"selected_policy": doc["selected"]["name"],
+                               "library_size": setup.library.size,
+                               "utility_sensitivity": setup.utility_sensitivity, **(facts or {})}
+    summary["value_gap"] = doc["accuracy"]["value_gap"]
+    if value_doc is not None:
+        summary["released_value"] = {k: value_doc[k] for k in ("estimate", "interval", "clamped")
+                                     if k in value_doc}
+    release = Release(documents={"selection.json": doc}, summary=summary)
+    if spec.select_policy.plot:
+        release.figures["selection.png"] = plot_selection(doc, value_bounds(setup))
+    return release

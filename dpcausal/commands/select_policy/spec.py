@@ -122,6 +122,11 @@ class SelectPolicySection(MultiArms):
     value_release: ValueRelease | None = None
     """Also release the chosen policy's DR value by a separate Laplace step with its own ε;
     default none (only the policy's name is released)."""
+    plot: bool = True
+    """Write selection.png (default true): the exponential mechanism's guarantee — the probability
+    that the chosen policy's DR value is within t of the library's best, against t, with
+    value_gap marked — and, with value_release, the released value with its noise interval and the
+    outcome bounds (drawn from released numbers and public parameters only, no extra ε)."""
     regret_beta: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.05
     """β of the printed regret privacy term 2Δ(log M + log 1/β)/(nε) (dry run only)."""
     chunk_rows: Annotated[int, Field(ge=1024, le=10_000_000)] = 32_768
