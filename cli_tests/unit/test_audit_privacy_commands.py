@@ -347,3 +347,15 @@ def test_audit_refuses_two_stage_gaussian(workdir: Path) -> None:
     doc["privacy"]["delta"] = 1e-6
     code, _, err = audit(write_yaml(workdir / "ts_gauss.yaml", doc), "--rows", "50", "--pairs", "1")
     assert code == 2 and "noise: gamma" in err, err
+
+
+def test_select_policy_output_vector_reads_the_released_value() -> None:
+    """The black box's view of a select-policy release: the one-hot choice, then the released value
+    (its document is {estimate, interval, clamped}; the adapter read a former 'value' key)."""
+    from dpcausal.commands.select_policy.audit import output_vector
+    from dpcausal.method import Release
+
+    doc = {"library": {"size": 3}, "selected": {"index": 1},
+           "value_release": {"estimate": 2.5, "interval": {"lo": 2.0, "hi": 3.0}}}
+    vec = output_vector(Release(documents={"selection.json": doc}))
+    assert vec.tolist() == [0.0, 1.0, 0.0, 2.5]

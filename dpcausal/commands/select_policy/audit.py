@@ -228,7 +228,7 @@ def output_vector(release: Release) -> FloatArray:
     onehot = np.zeros(int(doc["library"]["size"]))
     onehot[int(doc["selected"]["index"])] = 1.0
     if "value_release" in doc:
-        return np.append(onehot, float(doc["value_release"]["value"]))
+        return np.append(onehot, float(doc["value_release"]["estimate"]))
     return onehot
 
 
