@@ -362,3 +362,40 @@ def test_two_stage_releases_with_the_stated_sensitivity_when_stage1_cannot_certi
     events = [json.loads(r.stdout)["events"][0] for r in fast + slow]
     assert len({e["sensitivity"] for e in events}) == 1
     assert len({json.dumps(e["params"]["stability"], sort_keys=True) for e in events}) == 1
+
+
+def test_cate_rff_releases_with_the_stated_sensitivity_when_newton_cannot_certify(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13: cate's random-feature second stage raised SolverError (exit 2, after the data
+    was read) when a Newton system was not positive definite or 100 steps missed the tolerance,
+    so a neighbour on which the solve misses flipped exit 0 → 2. With Newton forced to fail the
+    run now releases through the guaranteed fallback (projected gradient descent for a public
+    number of passes, within the planned distance by proof), with the sensitivity of the plan."""
+    from dpcausal.commands.cate import rff as cate_rff
+
+    doc = spec_doc("cate", {"grid": {"vary": ["x0"], "points": 5}, "plot": False,
+                            "features": "rff", "rff_dim": 20, "ridge": 0.05},
+                   (0.0, 1.0), delta=1e-4)
+    base = _obs_frame(80, 1.0, seed=6)
+    frames = [base, _neighbour(base, 11, 1.0)]
+    fast = run_pair(tmp_path / "fast", "cate", doc, frames, ("--json",))
+    monkeypatch.setattr(cate_rff, "_newton_direction", lambda lhs, rhs: None)
+    slow = run_pair(tmp_path / "slow", "cate", doc, frames, ("--json",))
+    assert [r.exit_code for r in fast + slow] == [0, 0, 0, 0], [r.output for r in slow]
+    events = [json.loads(r.stdout)["events"][-1] for r in fast + slow]
+    assert len({e["sensitivity"] for e in events}) == 1
+    assert len({e["params"]["solver_fallback_steps"] for e in events}) == 1
+    for r in slow:
+        assert_no_number_quoted(r.stderr)
+
+
+def test_cate_rff_plan_refuses_a_fallback_too_long_before_reading_rows(tmp_path: Path) -> None:
+    """A ridge so small that the guaranteed fallback would need more than MAX_FALLBACK_STEPS
+    passes is refused by the plan (exit 2, public inputs only), dry run included."""
+    doc = spec_doc("cate", {"grid": {"vary": ["x0"], "points": 5}, "plot": False,
+                            "features": "rff", "rff_dim": 20, "ridge": 1e-5},
+                   (0.0, 1.0), delta=1e-4)
+    res = run_pair(tmp_path, "cate", doc, [_obs_frame(80, 1.0, seed=6)], ("--dry-run",))[0]
+    assert res.exit_code == 2, res.output
+    assert "cate.ridge" in res.stderr and "fallback" in res.stderr

@@ -30,9 +30,10 @@ rows and every solve stops at the in-memory certificate:
   from passes summed the same way; it returns only where the public certificate accepts, with ∇F
   summed over every D̃ row, so Δ₂ = 2/(mλ) + 2D holds.
 * Second stage on D: :func:`~dpcausal.commands.cate.rff.solve_rff` (the in-memory solver, on the
-  engine's batches) stops at ‖∇J(w)‖ ≤ setup.grad_tol with ∇J summed from scratch over every D
-  row, so Δ = L_w/(λ0 n) + tol/λ0 of :func:`~dpcausal.commands.cate.privacy.function_mechanism`
-  holds.
+  engine's batches) returns a point within 0.99·τ/(2λ0) of the minimiser, certified by ∇J summed
+  over every D row with a proven rounding bound or reached by the guaranteed fallback
+  (:mod:`~dpcausal.commands.cate.rff_accuracy`), so Δ = L_w/(λ0 n) + τ/λ0 of
+  :func:`~dpcausal.commands.cate.privacy.function_mechanism` holds.
 
 Noise: drawn once, on the client, by the same mechanism objects and in the in-memory order
 (propensity, then outcome, then the GP weight path), so a test noise seed gives the in-memory
@@ -216,8 +217,9 @@ def run(spec: CateSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, Any],
     feats = rff_features(spec, setup)
     engine.load(functools.partial(prepare_second, spec, setup, bits, prop, outm))
     del bits
+    assert setup.rff_accuracy is not None
     fit = solve_rff(engine, feats, n=setup.n, lam0=setup.lam0, huber_c=setup.huber_c,
-                           grad_tol=setup.grad_tol)
+                    accuracy=setup.rff_accuracy)
     weights = noise.release_weights(function_mechanism(spec, setup), fit.w)
     sq = setup.box.unit(queries[list(setup.covariates)].to_numpy(dtype=np.float64))
     release = build_release(spec, setup, queries, feats.evaluate(sq, weights), weights,

@@ -130,8 +130,9 @@ def second_stage_rff(setup: CateSetup, feats: FourierFeatures, prop: PropensityM
     """
     pi = prop.predict(x)
     rho, phi = pseudo_outcomes(setup.learner, a, y, pi, outm.predict(x, 0), outm.predict(x, 1))
+    assert setup.rff_accuracy is not None
     return fit_rff_streaming(feats, setup.box.unit(x), rho, phi, lam0=setup.lam0,
-                             huber_c=setup.huber_c, grad_tol=setup.grad_tol).w
+                             huber_c=setup.huber_c, accuracy=setup.rff_accuracy).w
 
 
 def search_gamma(spec: CateSpec, setup: CateSetup, fit: KrrFit, rho: FloatArray,

@@ -21,6 +21,7 @@ from dpcausal.commands.cate.release import estimand, noise_law
 from dpcausal.commands.cate.setup import (
     NUISANCE_PART,
     SECOND_PART,
+    CateSetup,
     build_setup,
     noise_factor,
     query_points,
@@ -87,7 +88,8 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
             ev = dataclasses.replace(ev, params={
                 **ev.params, "kernel": "random Fourier features of the Gaussian kernel",
                 "rff_pairs_m": sec.rff_dim, "rff_seed": sec.rff_seed,
-                "covariance": "sigma^2 * I on the 2m feature weights"})
+                "covariance": "sigma^2 * I on the 2m feature weights",
+                **_solver_params(setup)})
         events.append(_tag(ev, SECOND_PART))
         details["noise_sd_per_point"] = mech.sigma
         if mech.sigma > setup.delta_y:
@@ -144,3 +146,15 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
         details=details,
         accuracy=accuracy,
     )
+
+
+def _solver_params(setup: CateSetup) -> dict[str, Any]:
+    """The random-feature solve's public accuracy (rff_accuracy.py): whichever way it ends
+    (certificate or the guaranteed fallback) it is within the distance bound of the minimiser."""
+    acc = setup.rff_accuracy
+    assert acc is not None
+    return {"solver_grad_tol": acc.tol, "solver_distance_bound": acc.target,
+            "solver_fallback": "projected gradient descent, step 2/(L+2*lambda0), "
+                               f"{acc.steps} passes (public), when Newton does not certify",
+            "solver_fallback_steps": acc.steps}
+

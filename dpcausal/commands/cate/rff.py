@@ -28,7 +28,8 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcausal.commands.cate.krr import huber_derivative, huber_value
-from dpcausal.errors import SolverError
+from dpcausal.commands.cate.rff_accuracy import RffAccuracy
+from dpcausal.numerics import block_total, exact_total
 from dpcausal.solvers.backend import Backend, InMemory
 
 FloatArray = npt.NDArray[np.float64]
@@ -210,11 +211,73 @@ def rff_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None,
     return zuv[:, 0].copy(), zuv[:, 1].copy(), d_hess, losses
 
 
+NEWTON_ITER = 100
+"""At most this many active-set Newton steps before the guaranteed fallback runs."""
+
+
+def exact_gradient_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None,
+                        w: FloatArray) -> FloatArray:
+    """Σ ρ_i ℓ_c′(ζ_iᵀw − φ_i)ζ_i over one piece, in blocks of ≤ ``SUM_CHUNK`` rows added exactly
+    rounded (what :attr:`RffAccuracy.grad_allowance` bounds)."""
+    s, rho, phi = part
+
+    def block(rows: slice) -> FloatArray:
+        z = feats.transform(s[rows])
+        return np.asarray(z.T @ (rho[rows] * huber_derivative(z @ w - phi[rows], c)))
+
+    if s.shape[0] == 0:
+        return np.zeros(feats.dim)
+    return block_total(block, s.shape[0])
+
+
+def exact_gradient(backend: Backend, feats: FourierFeatures, w: FloatArray, *, n: int,
+                   lam0: float, huber_c: float | None) -> FloatArray:
+    """ĝ = ∇J(w), the pieces added exactly rounded; one pass."""
+    parts = backend.map_list(functools.partial(exact_gradient_pass, feats=feats, c=huber_c, w=w))
+    return np.asarray(exact_total(parts), dtype=np.float64) / n + 2.0 * lam0 * w
+
+
+def project(w: FloatArray, radius: float) -> FloatArray:
+    """P_R(w): w scaled onto the ball ‖w‖ ≤ R when outside it (0 when not finite)."""
+    if not bool(np.all(np.isfinite(w))):
+        return np.zeros_like(w)
+    norm = float(np.linalg.norm(w))
+    return w * (radius / norm) if norm > radius else w
+
+
+def guaranteed_descent(backend: Backend, feats: FourierFeatures, start: FloatArray, *, n: int,
+                       lam0: float, huber_c: float | None, accuracy: RffAccuracy) -> RffFit:
+    """The fallback: projected gradient descent from P_R(start), step s, for the public
+    ``accuracy.steps`` passes (fewer when a step's gradient meets the certificate); the returned w
+    is within ``accuracy.target`` of w* by the contraction bound (rff_accuracy's docstring), with
+    no check."""
+    w = project(np.asarray(start, dtype=np.float64), accuracy.radius)
+    for it in range(accuracy.steps):
+        grad = exact_gradient(backend, feats, w, n=n, lam0=lam0, huber_c=huber_c)
+        if accuracy.accepts(w, grad):
+            return RffFit(w, float(np.linalg.norm(grad)), it)
+        w = project(w - accuracy.step * grad, accuracy.radius)
+    return RffFit(w, math.nan, accuracy.steps)
+
+
+def _newton_direction(lhs: FloatArray, rhs: FloatArray) -> FloatArray | None:
+    """The Newton point of the active-set system, or None when it is not numerically positive
+    definite (then the guaranteed fallback runs)."""
+    from scipy import linalg  # lazy: planning never solves
+
+    try:
+        return np.asarray(linalg.cho_solve(linalg.cho_factor(lhs, lower=False, check_finite=False),
+                                           rhs, check_finite=False))
+    except (linalg.LinAlgError, ValueError):
+        return None
+
+
 def solve_rff(backend: Backend, feats: FourierFeatures, *, n: int, lam0: float,
-              huber_c: float | None, grad_tol: float, max_iter: int = 100,
-              rows: int | None = None, cache_mb: float | None = None) -> RffFit:
+              huber_c: float | None, accuracy: RffAccuracy, rows: int | None = None,
+              cache_mb: float | None = None) -> RffFit:
     """Minimise J(w) = (1/n)Σ ρ_i ℓ_c(wᵀζ_i − φ_i) + λ0‖w‖² over the backend's pieces of (s, ρ, φ)
-    (box-scaled covariates, weights, pseudo-outcomes) to ‖∇J‖₂ ≤ ``grad_tol``.
+    (box-scaled covariates, weights, pseudo-outcomes) to within ``accuracy.target`` of the exact
+    minimiser, whatever the data: never raises on the data.
 
     Active-set Newton: given the rows S with |residual| ≤ c, stationarity is the p × p system
     (Z_SᵀW_SZ_S/n + λ0 I) w = Z_SᵀW_Sφ_S/n − c Σ_{i∉S} ρ_i sign(r_i) z_i/n. The client keeps
@@ -225,41 +288,36 @@ def solve_rff(backend: Backend, feats: FourierFeatures, *, n: int, lam0: float,
     the loss gradient, the Gram delta and J along w + t·step for t = 1, ½, …, 2⁻²⁷ (``T_GRID``;
     in memory first t = 1 alone, the rest only for a damped step); the step is the first t with
     J(w + t·step) ≤ J(w) + 1e-12|J(w)|, and a damped step costs one more pass at the accepted
-    point. The stopping test ‖∇J(w)‖ ≤ ``grad_tol`` uses the gradient computed from scratch over
-    every row at the returned w, so the solution is within tol/(2λ0) of the exact minimiser and
-    the sensitivity Δ = L_w/(λ0 n) + tol/λ0 holds; the Gram and the steps only shape the path.
-
-    Raises
-    ------
-    SolverError
-        When the tolerance is not reached (never returns an inexact solution silently).
+    point. When the pass's gradient norm is ≤ ``accuracy.stop_tol`` the certificate recomputes
+    the gradient over every row, summed with a proven rounding bound (:func:`exact_gradient`,
+    one pass) and returns w if :meth:`RffAccuracy.accepts`. When no iterate certifies within
+    ``NEWTON_ITER`` steps, or a system is not positive definite, :func:`guaranteed_descent` runs
+    from the last iterate. Either way the result is within ``accuracy.target`` of the exact
+    minimiser, so Δ = L_w/(λ0 n) + τ/λ0 holds (docs/proofs/cate.md §3).
     """
     p = feats.dim
     in_memory = isinstance(backend, InMemory)
     cache = FeatureCache(CACHE_MB if cache_mb is None else cache_mb) if in_memory else None
-    from scipy import linalg  # lazy: planning never solves
-
     stat: Any = functools.partial(rff_pass, feats=feats, c=huber_c, rows=rows, cache=cache)
+    exact = functools.partial(exact_gradient, backend, feats, n=n, lam0=lam0, huber_c=huber_c)
     w = np.zeros(p)
     hess = np.zeros((p, p))
     zu, zv, d_hess, loss = backend.map_sum(functools.partial(stat, w=w, w_in=None, step=None))
     val = float(loss[0]) / n + lam0 * float(w @ w)
-    gnorm = math.inf
-    for it in range(max_iter + 1):
+    for it in range(NEWTON_ITER + 1):
         gnorm = float(np.linalg.norm(zv / n + 2.0 * lam0 * w))
-        if gnorm <= grad_tol:
-            return RffFit(w, gnorm, it)
-        if it == max_iter:
+        if gnorm <= accuracy.stop_tol:
+            grad = exact(w)
+            if accuracy.accepts(w, grad):
+                return RffFit(w, float(np.linalg.norm(grad)), it)
+        if it == NEWTON_ITER:
             break
         hess += d_hess  # the Gram now holds the inside set at w
         lhs = hess / n
         lhs[np.diag_indices_from(lhs)] += lam0
-        try:
-            new = linalg.cho_solve(linalg.cho_factor(lhs, lower=False, check_finite=False),
-                                   zu / n, check_finite=False)
-        except linalg.LinAlgError as exc:
-            raise SolverError("the random-feature second-stage system is not positive definite; "
-                              "raise cate.ridge") from exc
+        new = _newton_direction(lhs, zu / n)
+        if new is None or not bool(np.all(np.isfinite(new))):
+            break
         step = new - w
         ts = T_GRID[:1] if in_memory else T_GRID
         zu_f, zv_f, dh_f, line = backend.map_sum(
@@ -277,9 +335,8 @@ def solve_rff(backend: Backend, feats: FourierFeatures, *, n: int, lam0: float,
             zu, zv, d_hess, _ = backend.map_sum(
                 functools.partial(stat, w=cand_w, w_in=w, step=None))
         w, val = cand_w, cval
-    raise SolverError(
-        f"the random-feature second stage did not reach its gradient tolerance {grad_tol:.3g}; "
-        "raise cate.ridge or cate.huber_c, or report this as a bug")
+    return guaranteed_descent(backend, feats, w, n=n, lam0=lam0, huber_c=huber_c,
+                              accuracy=accuracy)
 
 
 def _accepts(loss: float, cand_w: FloatArray, n: int, lam0: float, val: float) -> bool:
@@ -288,10 +345,10 @@ def _accepts(loss: float, cand_w: FloatArray, n: int, lam0: float, val: float) -
 
 
 def fit_rff_streaming(feats: FourierFeatures, s: FloatArray, rho: FloatArray, phi: FloatArray, *,
-                      lam0: float, huber_c: float | None, grad_tol: float, max_iter: int = 100,
+                      lam0: float, huber_c: float | None, accuracy: RffAccuracy,
                       rows: int | None = None, cache_mb: float | None = None) -> RffFit:
     """:func:`solve_rff` on the rows in memory (one piece), ζ computed block by block from the
     box-scaled rows ``s`` (never n × 2m at once; the first blocks up to ``cache_mb`` kept)."""
     part = (s, rho, phi)
     return solve_rff(InMemory(part, s.shape[0]), feats, n=s.shape[0], lam0=lam0, huber_c=huber_c,
-                     grad_tol=grad_tol, max_iter=max_iter, rows=rows, cache_mb=cache_mb)
+                     accuracy=accuracy, rows=rows, cache_mb=cache_mb)

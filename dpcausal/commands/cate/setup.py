@@ -11,6 +11,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from dpcausal.commands.cate.rff import FourierFeatures
+from dpcausal.commands.cate.rff_accuracy import SOLVER_REL_TOL, RffAccuracy, feature_error
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.commands.common.columns import ArmColumns
 from dpcausal.errors import DataError, MissingBoundsError, SpecError, UncertifiedModeError
@@ -25,8 +26,6 @@ MIN_N_QUERIES = 100
 MAX_QUERIES = 10_000
 MAX_SECOND_STAGE = 12_000
 """The exact kernel ridge holds n × n matrices (≈ 3 GB at n = 12,000): larger second halves are refused."""
-SOLVER_REL_TOL = 1e-6
-"""The second-stage solve stops at ‖∇J‖_ℋ ≤ 1e-6·L_w/n; Δ then carries the slack tol/λ0."""
 SPLIT = "cate.halves"
 NUISANCE_PART = f"{SPLIT}/nuisance"
 SECOND_PART = f"{SPLIT}/second-stage"
@@ -50,6 +49,8 @@ class CateSetup:
     lipschitz_w: float
     lipschitz_derivation: str
     sup_g: float | None
+    rff_accuracy: RffAccuracy | None = None
+    """The random-feature solve's public accuracy (``features: rff``; None for the exact kernel)."""
 
     @property
     def covariates(self) -> tuple[str, ...]:
@@ -88,7 +89,10 @@ class CateSetup:
 
     @property
     def grad_tol(self) -> float:
-        """Second-stage solver tolerance on ‖∇J‖_ℋ."""
+        """Second-stage solver tolerance τ on ‖∇J‖_ℋ: 1e-6·L_w/n, for random features raised to
+        4A by their proven rounding allowance (:attr:`RffAccuracy.tol`)."""
+        if self.rff_accuracy is not None:
+            return self.rff_accuracy.tol
         return SOLVER_REL_TOL * self.lipschitz_w / self.n
 
     @property
@@ -177,8 +181,15 @@ def build_setup(spec: CateSpec, n_rows: int) -> CateSetup:
     lw, how, m_g = _lipschitz(spec, dy, sec.kappa, lam0)
     c = (sec.huber_c if sec.huber_c is not None else dy / 2.0) if sec.resolved_loss == "huber" \
         else None
+    acc = None
+    if sec.features == "rff":
+        omega = FourierFeatures.draw(q, sec.rff_dim, h, sec.rff_seed).omega
+        acc = RffAccuracy(n, 2 * sec.rff_dim, lam0, lw, c is None, feature_error(omega))
+        problem = acc.problem()
+        if problem is not None:
+            raise SpecError(problem)
     setup = CateSetup(columns, BoxFeatures(bnds[:, 0], bnds[:, 1]), n_rows, n_nuis, n, h, lam0,
-                      sec.kappa, sec.learner, sec.resolved_loss, c, lw, how, m_g)
+                      sec.kappa, sec.learner, sec.resolved_loss, c, lw, how, m_g, acc)
     if sec.mode == "function" and sec.sensitivity_formula == "paper" and setup.printed_factor < 1.0:
         raise UncertifiedModeError(
             f"cate.sensitivity_formula: 'paper' (printed Thm 3) under-noises here: (√(2π)h)^q = "
