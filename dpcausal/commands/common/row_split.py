@@ -61,6 +61,17 @@ def id_hash_order(ids: Sequence[Any], key: bytes) -> IntArray:
     return np.lexsort((secret_uint64(len(ids)), tags)).astype(np.intp)
 
 
+def _order(split: RowSplit, n_rows: int, ids: Sequence[Any] | None) -> IntArray:
+    """The row order a non-``index`` split ranks rows by (fresh secret key or permutation per call)."""
+    if split.kind == "id-hash":
+        if ids is None or len(ids) != n_rows:
+            raise ValueError("an id-hash split needs the id column's value of every row")
+        return id_hash_order(ids, secret_key())
+    if split.kind == "random":
+        return secret_permutation(n_rows)
+    return np.random.default_rng(split.seed).permutation(n_rows).astype(np.intp)
+
+
 def first_part(split: RowSplit, n_rows: int, m: int,
                ids: Sequence[Any] | None = None) -> IntArray:
     """The sorted row indices of the first part (m of the n_rows rows); the rest is the second.
@@ -72,14 +83,7 @@ def first_part(split: RowSplit, n_rows: int, m: int,
     """
     if split.kind == "index":
         return np.arange(m, dtype=np.intp)
-    if split.kind == "id-hash":
-        if ids is None or len(ids) != n_rows:
-            raise ValueError("an id-hash split needs the id column's value of every row")
-        order = id_hash_order(ids, secret_key())
-    elif split.kind == "random":
-        order = secret_permutation(n_rows)
-    else:
-        order = np.random.default_rng(split.seed).permutation(n_rows)
+    order = _order(split, n_rows, ids)
     return np.sort(order[:m]).astype(np.intp)
 
 
@@ -110,14 +114,7 @@ def folds(split: RowSplit, n_rows: int, k: int, ids: Sequence[Any] | None = None
     pos = np.arange(n_rows, dtype=np.intp) % k
     if split.kind == "index":
         return pos
-    if split.kind == "id-hash":
-        if ids is None or len(ids) != n_rows:
-            raise ValueError("an id-hash split needs the id column's value of every row")
-        order = id_hash_order(ids, secret_key())
-    elif split.kind == "random":
-        order = secret_permutation(n_rows)
-    else:
-        order = np.random.default_rng(split.seed).permutation(n_rows)
+    order = _order(split, n_rows, ids)
     out = np.empty(n_rows, dtype=np.intp)
     out[order] = pos
     return out
