@@ -34,6 +34,7 @@ from dpcausal.io.documents import read_document
 from dpcausal.io.release_dir import RECEIPT, ReleaseDir, Staged
 from dpcausal.io.writers import csv_bytes, json_bytes, parquet_bytes
 from dpcausal.mechanisms import NoiseGuard
+from dpcausal.mechanisms.secret import seeded_secrets
 from dpcausal.method import MethodDef, Release
 from dpcausal.planner import Replan, TargetReport, check_accuracy, plan_target
 from dpcausal.preprocess import Preprocessor
@@ -322,13 +323,15 @@ def estimate(run: Prepared, out: ReleaseDir | None, *,
         plan = replace(plan, dp_guarantee=False)  # seeded noise can be subtracted: no guarantee
     noise = NoiseGuard(plan, test_seed=test_noise_seed)  # the run's only way to draw noise
     if run.engine_run is None:
-        release = method.run(spec, frame, plan, run.side, rng=run.rng, noise=noise)
+        with seeded_secrets(test_noise_seed):  # the split's secret: OS entropy unless seeded
+            release = method.run(spec, frame, plan, run.side, rng=run.rng, noise=noise)
         del frame
     else:
         from dpcausal.engine import open_engine
 
         assert spec.engine is not None
-        with open_engine(spec.engine, info, run.columns, run.prep) as engine:
+        with open_engine(spec.engine, info, run.columns, run.prep) as engine, \
+                seeded_secrets(test_noise_seed):
             release = run.engine_run(spec, engine, plan, run.side, rng=run.rng, noise=noise)
             # public facts only: the number of passes follows the solvers' data-dependent
             # iteration counts, so it is never published (as in memory)

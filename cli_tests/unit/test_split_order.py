@@ -170,6 +170,24 @@ def test_the_secret_permutation_is_drawn_from_chacha20(monkeypatch: pytest.Monke
     assert "PCG64" not in source and "os.urandom" not in source
 
 
+def test_only_a_seeded_test_run_reproduces_the_secrets() -> None:
+    """Inside :func:`seeded_secrets` (a ``--test-noise-seed`` run, no DP guarantee) the split's
+    secrets repeat, so such a run is reproducible whole; outside it and after it they are fresh."""
+    from dpcausal.mechanisms import secret
+
+    split = row_split.RowSplit()
+    with secret.seeded_secrets(4):
+        a = row_split.first_part(split, 200, 100)
+        b = row_split.first_part(split, 200, 100)
+        same_key = secret.secret_key() == secret.secret_key()
+        with secret.seeded_secrets(None):  # a real run nested inside stays secret
+            fresh = {tuple(row_split.first_part(split, 200, 100)) for _ in range(3)}
+    assert np.array_equal(a, b) and same_key
+    assert len(fresh) == 3
+    after = {tuple(row_split.first_part(split, 200, 100)) for _ in range(3)}
+    assert len(after) == 3 and tuple(a) not in after
+
+
 def _ids_frame(n: int, seed: int) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     return pd.DataFrame({"pid": [f"P{k:05d}" for k in rng.permutation(10 * n)[:n]],

@@ -87,7 +87,8 @@ TestNoiseSeedOpt = Annotated[
         "--test-noise-seed",
         hidden=True,
         metavar="N",
-        help="TESTS ONLY: reproducible noise; the receipt then says dp_guarantee: false.",
+        help="TESTS ONLY: reproducible noise and secret split; the receipt then says "
+        "dp_guarantee: false.",
     ),
 ]
 EngineOpt = Annotated[

@@ -26,7 +26,7 @@ TEST_NOISE_SOURCE = "chacha20/seeded-test"
 """The receipt's ``rng`` for ``--test-noise-seed`` runs (reproducible noise, no DP guarantee)."""
 
 
-def noise_generator(test_seed: int | None = None) -> np.random.Generator:
+def noise_generator(test_seed: int | tuple[int, ...] | None = None) -> np.random.Generator:
     """Return the generator privacy noise is drawn from (only :mod:`dpcausal.mechanisms` calls it).
 
     Parameters
@@ -34,9 +34,9 @@ def noise_generator(test_seed: int | None = None) -> np.random.Generator:
     test_seed
         ``None`` (always, outside tests): a ChaCha20 generator keyed directly with 256 bits from
         ``os.urandom``, so nobody, including the operator, can reproduce and subtract the noise.
-        An integer makes the noise reproducible (the same ChaCha20 stream, keyed through numpy's
-        ``SeedSequence``); a run that uses it has **no** DP guarantee and its receipt says so
-        (``"rng": "chacha20/seeded-test"``, ``"dp_guarantee": false``).
+        An integer (or a tuple of them) makes the noise reproducible (the same ChaCha20 stream,
+        keyed through numpy's ``SeedSequence``); a run that uses it has **no** DP guarantee and its
+        receipt says so (``"rng": "chacha20/seeded-test"``, ``"dp_guarantee": false``).
     """
     if test_seed is None:
         key = int.from_bytes(os.urandom(32), "little")
