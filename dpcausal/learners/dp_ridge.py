@@ -23,10 +23,10 @@ FloatArray = npt.NDArray[np.float64]
 
 @dataclass(frozen=True)
 class OutcomeModel:
-    """μ̂(x, a) = clip(c + θ_aᵀx̃, y_lo, y_hi) for a ∈ {0, 1}."""
+    """μ̂(x, a) = clip(c + θ_aᵀx̃, y_lo, y_hi) for a ∈ {0, 1} (or 0 … K − 1)."""
 
     features: BoxFeatures
-    theta: FloatArray  # shape (2, dim): row a is arm a
+    theta: FloatArray  # shape (K, dim): row a is arm a
     center: float
     y_bounds: tuple[float, float]
 
@@ -35,17 +35,19 @@ class OutcomeModel:
         return np.clip(self.center + self.features.transform(x) @ self.theta[arm], *self.y_bounds)
 
 
-def arm_sums(xt: FloatArray, a: FloatArray, r: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """The sufficient statistics per arm: (Σ_{A_i=a} x̃_i x̃_iᵀ, Σ_{A_i=a} r_i x̃_i), shapes (2, d, d)
-    and (2, d), summed in blocks added exactly rounded (``block_total``: the accuracy
-    ``ridge_error`` assumes). Sums over disjoint row sets (an engine's batches) add up — exactly
-    rounded, by ``exact_total`` — to the sums over their union."""
+def arm_sums(xt: FloatArray, a: FloatArray, r: FloatArray, arms: int = 2
+             ) -> tuple[FloatArray, FloatArray]:
+    """The sufficient statistics per arm: (Σ_{A_i=a} x̃_i x̃_iᵀ, Σ_{A_i=a} r_i x̃_i), shapes
+    (K, d, d) and (K, d) (arms a = 0 … K − 1, K = ``arms``), summed in blocks added exactly
+    rounded (``block_total``: the accuracy ``ridge_error`` assumes). Sums over disjoint row sets
+    (an engine's batches) add up — exactly rounded, by ``exact_total`` — to the sums over their
+    union."""
     d = xt.shape[1]
 
     def block(rows: slice) -> tuple[FloatArray, FloatArray]:
-        grams, rhs = np.empty((2, d, d)), np.empty((2, d))
+        grams, rhs = np.empty((arms, d, d)), np.empty((arms, d))
         xb, ab, rb = xt[rows], a[rows], r[rows]
-        for arm in (0, 1):
+        for arm in range(arms):
             w = (ab == arm).astype(np.float64)
             grams[arm] = (xb * w[:, None]).T @ xb
             rhs[arm] = xb.T @ (w * rb)
@@ -60,22 +62,23 @@ def solve_ridge_arms(grams: FloatArray, rhs: FloatArray, m: int, l2: float) -> F
     public function folded into the sensitivity), so nothing is checked on the data and nothing
     can refuse (the plan has excluded penalties too small for float64: ``DPRidgeArms.problem``).
     """
-    d = rhs.shape[1]
-    out = np.empty((2, d))
-    for arm in (0, 1):
+    k, d = rhs.shape
+    out = np.empty((k, d))
+    for arm in range(k):
         out[arm] = solve_spd(grams[arm] / m + l2 * np.eye(d), rhs[arm] / m)
     return out
 
 
-def fit_ridge_arms(xt: FloatArray, a: FloatArray, r: FloatArray, l2: float) -> FloatArray:
-    """θ̂_a = argmin (1/m) Σ 1{A_i = a} ½(θᵀx̃_i − r_i)² + (λ/2)‖θ‖², a = 0, 1 (closed form)."""
-    grams, rhs = arm_sums(xt, a, r)
+def fit_ridge_arms(xt: FloatArray, a: FloatArray, r: FloatArray, l2: float, arms: int = 2
+                   ) -> FloatArray:
+    """θ̂_a = argmin (1/m) Σ 1{A_i = a} ½(θᵀx̃_i − r_i)² + (λ/2)‖θ‖², a = 0 … arms − 1 (closed form)."""
+    grams, rhs = arm_sums(xt, a, r, arms)
     return solve_ridge_arms(grams, rhs, xt.shape[0], l2)
 
 
 @dataclass(frozen=True)
 class DPRidgeArms:
-    """The DP outcome learner: one ridge per arm on the centred, clipped outcome; θ = (θ₀, θ₁) noised.
+    """The DP outcome learner: one ridge per arm on the centred, clipped outcome; θ = (θ₀, …) noised.
 
     Notes
     -----
@@ -85,11 +88,14 @@ class DPRidgeArms:
     (θᵀx̃ − r)x̃ has norm ≤ G = h(1 + 1/√λ). F_a is λ-strongly convex, so a record that stays in arm a
     moves θ̂_a by ≤ 2G/(mλ) and the other arm not at all; a record that switches arm moves each of
     θ̂₀, θ̂₁ by ≤ G/(mλ), jointly ≤ √2·G/(mλ). Hence the stacked (θ̂₀, θ̂₁) has ℓ2 sensitivity
-    ≤ 2G/(mλ) (one mechanism covers both arms; no per-arm budget split, spec P3). h is the
-    centred outcome as computed (``effective_half_range``: the rounding of the centre is
-    included). Each arm's computed solution is within the public E = ``ridge_error`` of its exact
-    minimiser (no data-dependent check: issue #13), adding 2√2·E.
-    Guarantee: (ε, δ)-DP for (θ₀, θ₁) by the analytic Gaussian mechanism; μ̂ is post-processing.
+    ≤ 2G/(mλ) (one mechanism covers both arms; no per-arm budget split, spec P3). The same holds
+    for K ≥ 3 arms (``arms``): a replaced record moves at most the two arms it leaves and joins,
+    the others' objectives being unchanged, so the stacked (θ̂₀, …, θ̂_{K−1}) still has ℓ2
+    sensitivity ≤ 2G/(mλ). h is the centred outcome as computed (``effective_half_range``: the
+    rounding of the centre is included). Each arm's computed solution is within the public
+    E = ``ridge_error`` of its exact minimiser (no data-dependent check: issue #13), adding
+    2√K·E (the stacked distance to the exact minimisers is ≤ √K·E on each of D and D′).
+    Guarantee: (ε, δ)-DP for (θ₀, …) by the analytic Gaussian mechanism; μ̂ is post-processing.
     """
 
     features: BoxFeatures
@@ -99,6 +105,8 @@ class DPRidgeArms:
     delta: float
     m: int
     stage: str = "cate.nuisance.outcome"
+    arms: int = 2
+    """K: one ridge per arm a = 0 … K − 1 (the rows' arm codes)."""
 
     @property
     def center(self) -> float:
@@ -121,27 +129,29 @@ class DPRidgeArms:
 
     @property
     def sensitivity(self) -> float:
-        """Δ₂ = 2G/(mλ) + 2√2·E with G = h(1 + 1/√λ)."""
+        """Δ₂ = 2G/(mλ) + 2√K·E with G = h(1 + 1/√λ)."""
         g = self.half_range * (1.0 + 1.0 / math.sqrt(self.l2))
-        return 2.0 * g / (self.m * self.l2) + 2.0 * math.sqrt(2.0) * self.solve_error
+        return 2.0 * g / (self.m * self.l2) + 2.0 * math.sqrt(self.arms) * self.solve_error
 
     def mechanism(self) -> GaussianMechanism:
-        """The output perturbation of the stacked (θ̂₀, θ̂₁)."""
+        """The output perturbation of the stacked (θ̂₀, θ̂₁, …)."""
         return GaussianMechanism(self.epsilon, self.delta, self.sensitivity, stage=self.stage)
 
     def fit_nonprivate(self, x: FloatArray, a: FloatArray, y: FloatArray) -> FloatArray:
-        """(θ̂₀, θ̂₁) as a (2, dim) array (not a release)."""
+        """(θ̂₀, θ̂₁, …) as a (K, dim) array (not a release); ``a`` holds arm codes 0 … K − 1."""
         if x.shape[0] != self.m:
             raise ValueError(f"expected {self.m} rows, got {x.shape[0]}")
-        return fit_ridge_arms(self.features.transform(x), a, self.residuals(y), self.l2)
+        return fit_ridge_arms(self.features.transform(x), a, self.residuals(y), self.l2,
+                              self.arms)
 
     def model(self, theta: FloatArray) -> OutcomeModel:
-        """Wrap a (2, dim) θ as a predictor."""
-        return OutcomeModel(self.features, theta.reshape(2, -1), self.center, self.y_bounds)
+        """Wrap a (K, dim) θ as a predictor."""
+        return OutcomeModel(self.features, theta.reshape(self.arms, -1), self.center,
+                            self.y_bounds)
 
     def fit(self, x: FloatArray, a: FloatArray, y: FloatArray, *,
             noise: NoiseGuard) -> OutcomeModel:
-        """Fit and release DP outcome models for both arms."""
+        """Fit and release DP outcome models for every arm."""
         return self.release(self.fit_nonprivate(x, a, y), noise=noise)
 
     def residuals(self, y: FloatArray) -> FloatArray:
@@ -149,6 +159,6 @@ class DPRidgeArms:
         return np.clip(y, *self.y_bounds) - self.center
 
     def release(self, theta_hat: FloatArray, *, noise: NoiseGuard) -> OutcomeModel:
-        """Perturb the solved (θ̂₀, θ̂₁) once: the DP outcome models."""
+        """Perturb the solved (θ̂₀, θ̂₁, …) once: the DP outcome models."""
         noised = noise.release(self.mechanism(), theta_hat.ravel())
         return self.model(noised)

@@ -67,6 +67,12 @@ class GaussianProcessMechanism:
     where it is valid. Releasing many points costs nothing extra as long as they share ONE sample
     path (one call of :meth:`release`); a second call is a new release.
 
+    ``paths`` = r > 1 releases r functions f_1 … f_r at once (e.g. K − 1 treatment contrasts) with r
+    independent paths: the GP over the product domain {1 … r} × X with covariance
+    1{j = j′}·k0(x, x′), whose RKHS is the direct sum ℋ^r with ‖(f_j)‖² = Σ_j ‖f_j‖²_ℋ. The same
+    argument applies there, so ``rkhs_sensitivity`` must bound √(Σ_j ‖f_j,D − f_j,D′‖²_ℋ) (the caller
+    derives it, e.g. √r times the per-function bound).
+
     References
     ----------
     Hall, Rinaldo & Wasserman (2013), "Differential privacy for functions and functional data",
@@ -80,9 +86,13 @@ class GaussianProcessMechanism:
     bandwidth: float
     calibration: Literal["classic", "analytic"] = "classic"
     stage: str = "gaussian_process"
+    paths: int = 1
+    """How many functions are released jointly (independent paths); the sensitivity covers all."""
 
     def __post_init__(self) -> None:
         check_epsilon(self.epsilon)
+        if self.paths < 1:
+            raise ValueError(f"paths must be >= 1, got {self.paths!r}")
         check_sensitivity(self.rkhs_sensitivity)
         if not 0.0 < self.delta < 1.0:
             raise ValueError(f"delta must be in (0, 1) for the GP mechanism, got {self.delta!r}")
@@ -111,6 +121,11 @@ class GaussianProcessMechanism:
 
     def event(self) -> PrivacyEvent:
         """Return the cost of this mechanism."""
+        joint = ({} if self.paths == 1 else {
+            "paths": self.paths,
+            "sensitivity_norm": "norm of the direct sum of the paths' RKHSs of k0(x,x')="
+                                "exp(-|x-x'|^2/(2h^2)): sqrt(sum of squared RKHS distances)",
+            "covariance": "sigma^2 * k0 for each path, independent paths"})
         return PrivacyEvent(
             kind="gaussian_process",
             stage=self.stage,
@@ -125,6 +140,7 @@ class GaussianProcessMechanism:
                 "kernel": "gaussian",
                 "bandwidth": self.bandwidth,
                 "covariance": "sigma^2 * k0",
+                **joint,
             },
         )
 
@@ -140,7 +156,8 @@ class GaussianProcessMechanism:
         return self.noise_curve(self.sigma, shift, {})
 
     def release_weights(self, weights: npt.ArrayLike, *, rng: np.random.Generator) -> FloatArray:
-        """Finite feature map variant: return w + σξ, ξ ~ N(0, I).
+        """Finite feature map variant: return w + σξ, ξ ~ N(0, I) (w of shape (paths, m) when
+        ``paths`` > 1: one weight vector per function).
 
         For a kernel k(x, x′) = ζ(x)ᵀζ(x′) with ‖ζ(x)‖ ≤ 1 (e.g. normalised random Fourier
         features from a public seed) a GP path with covariance σ²k is σζ(x)ᵀξ, so the private
@@ -153,9 +170,18 @@ class GaussianProcessMechanism:
                              rng: np.random.Generator) -> FloatArray:
         """``count`` independent :meth:`release_weights` draws, shape (count, len(weights))."""
         w = np.asarray(weights, dtype=np.float64)
-        if w.ndim != 1:
-            raise ValueError(f"weights must be 1-d, got shape {w.shape}")
-        return w + self.sigma * rng.standard_normal((count, w.shape[0]))
+        if w.ndim != self._value_ndim or (w.ndim == 2 and w.shape[0] != self.paths):
+            raise ValueError(f"weights must have shape {self._shape_word}, got {w.shape}")
+        return w + self.sigma * rng.standard_normal((count, *w.shape))
+
+    @property
+    def _value_ndim(self) -> int:
+        """1 (one function) or 2 (``paths`` functions, one row each)."""
+        return 1 if self.paths == 1 else 2
+
+    @property
+    def _shape_word(self) -> str:
+        return "(d,)" if self.paths == 1 else f"({self.paths}, d)"
 
     def noise_cholesky(self, gram: FloatArray) -> FloatArray:
         """Lower Cholesky factor of k0(X, X) + τI with the smallest jitter τ ≥ 1e-10·d that works."""
@@ -178,7 +204,8 @@ class GaussianProcessMechanism:
         gram: npt.ArrayLike | None = None,
         points: npt.ArrayLike | None = None,
     ) -> FloatArray:
-        """Return f(X) + σ·U(X) for ONE GP path U, given f's values at the d points X.
+        """Return f(X) + σ·U(X) for ONE GP path U, given f's values at the d points X (with
+        ``paths`` = r > 1: the values of r functions, shape (r, d), and r independent paths).
 
         Give either ``points`` (d × q, in the coordinates the kernel is defined on) or ``gram`` =
         k0(X, X) (d × d). Duplicate points get identical noise (same path).
@@ -195,10 +222,12 @@ class GaussianProcessMechanism:
         gram: npt.ArrayLike | None = None,
         points: npt.ArrayLike | None = None,
     ) -> FloatArray:
-        """``count`` independent :meth:`release` draws (independent paths), shape (count, d)."""
+        """``count`` independent :meth:`release` draws (independent paths), shape (count, d) or
+        (count, paths, d)."""
         vals = np.asarray(values_at_points, dtype=np.float64)
-        if vals.ndim != 1:
-            raise ValueError(f"values_at_points must be 1-d, got shape {vals.shape}")
+        if vals.ndim != self._value_ndim or (vals.ndim == 2 and vals.shape[0] != self.paths):
+            raise ValueError(f"values_at_points must have shape {self._shape_word}, got "
+                             f"{vals.shape}")
         if (gram is None) == (points is None):
             raise ValueError("give exactly one of gram= and points=")
         if points is not None:
@@ -208,11 +237,14 @@ class GaussianProcessMechanism:
         else:
             k = np.asarray(gram, dtype=np.float64)
             inverse = np.arange(k.shape[0])
-        if k.ndim != 2 or k.shape[0] != k.shape[1] or inverse.shape[0] != vals.shape[0]:
+        if k.ndim != 2 or k.shape[0] != k.shape[1] or inverse.shape[0] != vals.shape[-1]:
             raise ValueError("the kernel matrix / points do not match values_at_points")
         chol = self.noise_cholesky(k)
-        paths = (chol @ rng.standard_normal((k.shape[0], count))).T
-        return vals + self.sigma * paths[:, np.ravel(inverse)]
+        draws = (chol @ rng.standard_normal((k.shape[0], count * self.paths))).T
+        noise = draws[:, np.ravel(inverse)]
+        if vals.ndim == 2:
+            noise = noise.reshape(count, self.paths, -1)
+        return vals + self.sigma * noise
 
 
 PATH_NUGGET = 1e-8

@@ -63,7 +63,7 @@ def _gaussian_process(ev: PrivacyEvent) -> GaussianProcessMechanism:
     return GaussianProcessMechanism(ev.epsilon, ev.delta, ev.sensitivity,
                                     float(ev.params["bandwidth"]),
                                     calibration=ev.params.get("calibration", "classic"),
-                                    stage=ev.stage)
+                                    stage=ev.stage, paths=int(ev.params.get("paths", 1)))
 
 
 MECHANISMS: dict[str, tuple[type[NoiseLaw], Callable[[PrivacyEvent], Any]]] = {

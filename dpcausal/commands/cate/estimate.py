@@ -74,17 +74,23 @@ class RowBounds(Protocol):
     def box(self) -> BoxFeatures: ...  # pragma: no cover - protocol
 
 
+def clip_xy(spec: CateSpec, setup: RowBounds, frame: pd.DataFrame
+            ) -> tuple[FloatArray, FloatArray]:
+    """(x, y) of ``frame``: x clipped to the box, y to the outcome bounds."""
+    path = spec.data.path
+    x = np.column_stack([numeric_column(frame, c, path) for c in setup.covariates])
+    y = np.clip(numeric_column(frame, setup.columns.outcome, path), *setup.y_bounds)
+    return np.clip(x, setup.box.lo, setup.box.hi), y
+
+
 def clip_rows(spec: CateSpec, setup: RowBounds, frame: pd.DataFrame
               ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(x, a, y) of ``frame``: validated (A = 1 for cate.treated, 0 for cate.control, any other
     value refused), x clipped to the box, y to the outcome bounds."""
-    path = spec.data.path
     cols = setup.columns
-    x = np.column_stack([numeric_column(frame, c, path) for c in setup.covariates])
-    a = treated_mask(frame[cols.treatment], spec.cate, path=path, column=cols.treatment,
-                     command="cate").astype(np.float64)
-    y = np.clip(numeric_column(frame, cols.outcome, path), *setup.y_bounds)
-    x = np.clip(x, setup.box.lo, setup.box.hi)
+    x, y = clip_xy(spec, setup, frame)
+    a = treated_mask(frame[cols.treatment], spec.cate, path=spec.data.path,
+                     column=cols.treatment, command="cate").astype(np.float64)
     return x, a, y
 
 
@@ -155,7 +161,11 @@ def search_gamma(spec: CateSpec, setup: CateSetup, fit: KrrFit, rho: FloatArray,
 
 def run(spec: CateSpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, Any], *,
         rng: np.random.Generator, noise: NoiseGuard) -> Release:
-    """Fit the DP nuisances on D̃, the second stage on D, and release τ̂ at the query points."""
+    """Fit the DP nuisances on D̃, the second stage on D, and release τ̂ at the query points
+    (with K ≥ 3 arms: :func:`dpcausal.commands.cate.multi_arm.run`)."""
+    if spec.cate.multi_arm:
+        from dpcausal.commands.cate.multi_arm import run as run_arms
+        return run_arms(spec, frame, plan, side, rng=rng, noise=noise)
     setup = build_setup(spec, len(frame))
     queries = query_points(spec, setup, side)
     data = prepare(spec, setup, frame)

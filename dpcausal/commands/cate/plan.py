@@ -11,11 +11,13 @@ import numpy as np
 from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.accounting.plan import Guarantee, PredictedAccuracy, PrivacyPlan
 from dpcausal.commands.cate.privacy import (
+    arm_nuisance_learners,
     certified_gamma,
     function_mechanism,
     nuisance_learners,
     point_noise_sd,
     queries_mechanism,
+    split_alternative,
 )
 from dpcausal.commands.cate.release import estimand, noise_law
 from dpcausal.commands.cate.setup import (
@@ -51,9 +53,13 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
             "set cate.features: rff (random Fourier features, any n) to run on an engine, or "
             "remove the spec's engine section and --engine to run in memory")
     row_split.refuse_on_engine(sec.split, spec.engine, "cate.split")
+    if sec.multi_arm and spec.engine is not None:
+        raise SpecError("cate.arms: K ≥ 3 arms run in memory only for now; remove the engine "
+                        "section (and --engine)", field="engine")
     queries = query_points(spec, setup, side)
     d = len(queries)
-    prop, out = nuisance_learners(spec, setup)
+    prop, out = (arm_nuisance_learners(spec, setup) if sec.multi_arm
+                 else nuisance_learners(spec, setup))
     for field, problem in (("propensity_l2", prop.problem()), ("outcome_l2", out.problem())):
         if problem is not None:  # public settings only: refused before any row is read
             raise SpecError(f"cate.nuisance.{field}: {problem}; raise it")
@@ -92,6 +98,8 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
                 **_solver_params(setup)})
         events.append(_tag(ev, SECOND_PART))
         details["noise_sd_per_point"] = mech.sigma
+        if sec.multi_arm:
+            details.update(_contrast_details(spec, setup, mech.sigma))
         if mech.sigma > setup.delta_y:
             warnings.append(f"the per-point noise sd {mech.sigma:.3g} exceeds the outcome range "
                             f"{setup.delta_y:g}: the release will be mostly noise (raise ε, n or "
@@ -129,7 +137,9 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
         assumptions={
             "outcome_bounds": list(setup.y_bounds),
             "covariate_bounds": {c: list(setup.box_bounds(c)) for c in setup.covariates},
-            "treatment_values": {"treated": sec.treated, "control": sec.control_label()},
+            "treatment_values": ({"arms": list(sec.labels()), "control": sec.control_label()}
+                                 if sec.multi_arm else
+                                 {"treated": sec.treated, "control": sec.control_label()}),
             "outcome_direction": sec.outcome_direction,
             "estimand": estimand(spec),
             "queries": query_source,
@@ -146,6 +156,25 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
         details=details,
         accuracy=accuracy,
     )
+
+
+def _contrast_details(spec: CateSpec, setup: CateSetup, sigma: float) -> dict[str, Any]:
+    """The dry run's lines for K ≥ 3 arms: each contrast (one path of the joint release) and the
+    rejected per-contrast split with its larger noise (docs/proofs/cate.md §7)."""
+    sec = spec.cate
+    arms = sec.contrast_arms()
+    r = len(arms)
+    split = split_alternative(spec, setup).sigma
+    out: dict[str, Any] = {
+        f"contrast {i + 1}": f"arm {k!r} vs control {sec.control_label()!r}: one path of "
+                             f"cate.second_stage.function, noise sd {sigma:.4g} at each point"
+        for i, k in enumerate(arms)}
+    out["contrasts_release"] = (
+        f"the {r} contrasts jointly: one Gaussian-process mechanism with {r} independent paths at "
+        f"sensitivity sqrt({r})·Δ_H (a control row enters every contrast), full (ε, δ); noise "
+        f"sd {sigma:.4g} per point, against {split:.4g} for {r} separate releases at "
+        f"(ε/{r}, δ/{r}) and Δ_H (never smaller: docs/proofs/cate.md §7)")
+    return out
 
 
 def _solver_params(setup: CateSetup) -> dict[str, Any]:

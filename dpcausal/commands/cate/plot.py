@@ -15,10 +15,12 @@ FloatArray = npt.NDArray[np.float64]
 
 
 def plot_png(table: pd.DataFrame, axes: list[str], spec: CateSpec, tau: FloatArray,
-             halfwidth: float | None, bounds: tuple[float, float]) -> bytes:
+             halfwidth: float | None, bounds: tuple[float, float], *,
+             what: str | None = None) -> bytes:
     """Draw the released τ̂ (``tau``, unclamped; shown clamped to ``bounds``) against the grid
     axes with its noise band (1-D: a band; 2-D: the half-width in the title), naming the
-    covariates held fixed; post-processing of the release (no cost)."""
+    covariates held fixed (and ``what`` the curve is, e.g. which contrast); post-processing of the
+    release (no cost)."""
     from matplotlib.figure import Figure  # no pyplot: the caller's backend is left alone
 
     fig = Figure(figsize=(6.4, 4.6), dpi=110)
@@ -27,6 +29,8 @@ def plot_png(table: pd.DataFrame, axes: list[str], spec: CateSpec, tau: FloatArr
     level = 1.0 - spec.accuracy.alpha
     lines = [f"DP-CATE ({spec.cate.learner.upper()}-learner, {spec.cate.mode} mode), "
              f"ε = {eps:g}, δ = {dlt:g}"]
+    if what is not None:
+        lines.append(what)
     fixed = [c for c in table.columns if c not in axes and c in spec.data.columns.covariates]
     if fixed:
         lines.append("held fixed: " + ", ".join(f"{c} = {table[c].iloc[0]:g}" for c in fixed))

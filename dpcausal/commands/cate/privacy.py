@@ -8,6 +8,7 @@ import math
 from dpcausal.commands.cate.setup import CateSetup, noise_factor
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.learners.dp_logistic import DPLogistic
+from dpcausal.learners.dp_multinomial import DPMultinomial
 from dpcausal.learners.dp_ridge import DPRidgeArms
 from dpcausal.mechanisms import GaussianProcessMechanism
 from dpcausal.mechanisms.gaussian_vector import GaussianNoiseVector
@@ -17,7 +18,7 @@ LEGACY_L2 = 0.05
 
 
 def nuisance_learners(spec: CateSpec, setup: CateSetup) -> tuple[DPLogistic, DPRidgeArms]:
-    """Stage-1 learners with their shares of (ε, δ) on D̃.
+    """Stage-1 learners with their shares of (ε, δ) on D̃ (two arms).
 
     Notes
     -----
@@ -34,9 +35,30 @@ def nuisance_learners(spec: CateSpec, setup: CateSetup) -> tuple[DPLogistic, DPR
     nu = spec.cate.nuisance
     s = nu.propensity_share
     prop = DPLogistic(setup.box, nu.propensity_l2 or LEGACY_L2, eps * s, dlt * s, setup.n_nuisance)
-    out = DPRidgeArms(setup.box, nu.outcome_l2 or LEGACY_L2, setup.y_bounds, eps * (1 - s),
-                      dlt * (1 - s), setup.n_nuisance)
-    return prop, out
+    return prop, outcome_learner(spec, setup)
+
+
+def arm_nuisance_learners(spec: CateSpec, setup: CateSetup) -> tuple[DPMultinomial, DPRidgeArms]:
+    """Stage-1 learners for K ≥ 3 arms (``cate.arms``), with the same shares of (ε, δ) on D̃: a
+    multinomial logistic propensity (:class:`~dpcausal.learners.dp_multinomial.DPMultinomial`,
+    sensitivity 2√2/(mλ) whatever K) and one ridge per arm (K of them, jointly noised at the
+    same 2G/(mλ) as two: :class:`~dpcausal.learners.dp_ridge.DPRidgeArms`). The composition is
+    that of :func:`nuisance_learners`."""
+    eps, dlt = spec.privacy.epsilon, spec.privacy.delta
+    nu = spec.cate.nuisance
+    s = nu.propensity_share
+    prop = DPMultinomial(setup.box, nu.propensity_l2 or LEGACY_L2, eps * s, dlt * s,
+                         setup.n_nuisance, len(spec.cate.labels()))
+    return prop, outcome_learner(spec, setup)
+
+
+def outcome_learner(spec: CateSpec, setup: CateSetup) -> DPRidgeArms:
+    """The DP ridge per declared arm, with the (1 − s) share of the nuisances' (ε, δ)."""
+    eps, dlt = spec.privacy.epsilon, spec.privacy.delta
+    nu = spec.cate.nuisance
+    s = nu.propensity_share
+    return DPRidgeArms(setup.box, nu.outcome_l2 or LEGACY_L2, setup.y_bounds, eps * (1 - s),
+                       dlt * (1 - s), setup.n_nuisance, arms=len(spec.cate.labels()))
 
 
 def function_mechanism(spec: CateSpec, setup: CateSetup) -> GaussianProcessMechanism:
@@ -57,11 +79,37 @@ def function_mechanism(spec: CateSpec, setup: CateSetup) -> GaussianProcessMecha
     Guarantee: (ε, δ)-DP for the whole function, exact given L_w (Hall et al. 2013, Cor. 9); all
     query points share one GP path. With the nuisances (parallel composition over the disjoint
     halves) the pipeline is (ε, δ)-DP on all rows.
+
+    K ≥ 3 arms (``cate.arms``, r = K − 1 contrasts k vs the control c): contrast k's objective
+    J_k(g) = (1/n)Σ_i ρ_ik ℓ_c(g(X_i) − φ_ik) + λ0‖g‖² runs over all n rows of D, rows of arms
+    other than k and c entering with ρ_ik = 0 (R-learner: binary weights and pseudo-outcomes on
+    the conditional propensity e_k = π̂_k/(π̂_k + π̂_c), clipped to [κ, 1 − κ]; DR: ρ ≡ 1 and
+    φ_k = μ̂_k − μ̂_c + 1{A=k}(Y − μ̂_k)/π̂_k − 1{A=c}(Y − μ̂_c)/π̂_c). Each contrast's weighted loss
+    has the binary learner's L_w (the same sup ρ and bound on |φ|), so replacing one row moves
+    each ĝ_k by ≤ Δ_ℋ, and the stacked (ĝ_1, …, ĝ_r) in the direct sum ℋ^r by ≤ √r·Δ_ℋ (a
+    control row enters every contrast: the bound is attained in the worst case). The r functions
+    are released by ONE mechanism with r independent paths at that sensitivity (Hall Cor. 9 on
+    ℋ^r). This beats splitting (ε, δ) into r releases of (ε/r, δ/r) at Δ_ℋ: composing those r
+    Gaussian mechanisms is exactly the Gaussian mechanism at μ = √r·Δ_ℋ/σ_split (Dong, Roth & Su
+    2022, GDP composition), so (ε, δ)-DP of the split forces √r·Δ_ℋ/σ_split ≤ μ*(ε, δ), the
+    largest μ the joint release may have, i.e. σ_split ≥ σ_joint (docs/proofs/cate.md §7).
     """
     factor = noise_factor(spec, setup)
+    paths = len(spec.cate.contrast_arms())
     return GaussianProcessMechanism(spec.privacy.epsilon, spec.privacy.delta,
-                                    factor * setup.rkhs_sensitivity, setup.bandwidth,
-                                    spec.cate.calibration, stage="cate.second_stage.function")
+                                    factor * math.sqrt(paths) * setup.rkhs_sensitivity,
+                                    setup.bandwidth, spec.cate.calibration,
+                                    stage="cate.second_stage.function", paths=paths)
+
+
+def split_alternative(spec: CateSpec, setup: CateSetup) -> GaussianProcessMechanism:
+    """The rejected alternative for K ≥ 3 arms: one release per contrast at (ε/r, δ/r) and the
+    per-contrast Δ_ℋ (its σ is never below the joint release's; reported by the plan)."""
+    r = len(spec.cate.contrast_arms())
+    return GaussianProcessMechanism(spec.privacy.epsilon / r, spec.privacy.delta / r,
+                                    noise_factor(spec, setup) * setup.rkhs_sensitivity,
+                                    setup.bandwidth, spec.cate.calibration,
+                                    stage="cate.second_stage.function.split")
 
 
 def queries_constant(spec: CateSpec, setup: CateSetup) -> float:

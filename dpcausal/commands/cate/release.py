@@ -19,7 +19,14 @@ FloatArray = npt.NDArray[np.float64]
 
 
 def estimand(spec: CateSpec) -> str:
-    """What cate.csv's ``cate`` column holds (``cate.outcome_direction``)."""
+    """What cate.csv's ``cate`` column holds (``cate.outcome_direction``; with cate.arms, one
+    contrast per value of the ``arm`` column)."""
+    if spec.cate.multi_arm:
+        c = spec.cate.control_label()
+        if spec.cate.outcome_direction == "higher":
+            return f"tau_k(x) = E[Y(k) - Y({c!r}) | x] for each arm k in column 'arm'"
+        return (f"benefit_k(x) = E[Y({c!r}) - Y(k) | x] = -tau_k(x) for each arm k in column "
+                "'arm' (outcome_direction lower: positive where arm k lowers the outcome)")
     if spec.cate.outcome_direction == "higher":
         return "tau(x) = E[Y(treated) - Y(control) | x]"
     return ("benefit(x) = E[Y(control) - Y(treated) | x] = -tau(x) (outcome_direction lower: "
@@ -37,7 +44,10 @@ def function_document(spec: CateSpec, setup: CateSetup, weights: FloatArray) -> 
         "bounds": {c: list(setup.box_bounds(c)) for c in setup.covariates},
         "bandwidth": setup.bandwidth, "rff_seed": spec.cate.rff_seed, "m": spec.cate.rff_dim,
         "omega": rff_features(spec, setup).omega.tolist(),
-        "weights": [float(v) for v in weights],
+        **({"contrasts": [{"arm": k, "control": spec.cate.control_label(),
+                           "weights": [float(v) for v in row]}
+                          for k, row in zip(spec.cate.contrast_arms(), weights, strict=True)]}
+           if weights.ndim == 2 else {"weights": [float(v) for v in weights]}),
         "privacy": {"epsilon": spec.privacy.epsilon, "delta": spec.privacy.delta,
                     "guarantee": "approximate", "learner": setup.learner},
     }
@@ -64,28 +74,43 @@ def build_release(spec: CateSpec, setup: CateSetup, queries: pd.DataFrame, tau: 
     post-processing of the release (Δ and the noise are unchanged) whose law is that of the
     release computed on −Y with negated bounds, since every step of the estimator is odd in Y
     (clipping, the centred ridges, the pseudo-outcomes, the symmetric Huber loss) and the noise
-    is symmetric."""
+    is symmetric.
+
+    With cate.arms (``tau`` of shape (K − 1, d), ``weights`` (K − 1, 2m)): cate.csv stacks one
+    block of the query rows per contrast, with columns ``arm`` and ``control`` first, and the
+    plot is cate_1.png … one per contrast, in the order of cate.arms."""
     if spec.cate.outcome_direction == "lower":
         tau = -tau
         weights = None if weights is None else -weights
     alpha = spec.accuracy.alpha
     bounds = (-setup.delta_y, setup.delta_y)
-    table = queries.copy()
-    shown, moved = clamp(tau, bounds)
-    table["cate"] = shown
     half = None if sd is None else gaussian_halfwidth(sd, alpha)
-    if half is not None:
-        table["cate_noise_lo"], table["cate_noise_hi"] = interval_bounds(tau, half, bounds)
-    table["cate_clamped"] = moved
+    arms = spec.cate.contrast_arms()
+    rows = np.atleast_2d(tau)
+    parts = [_table(queries, row, half, bounds) for row in rows]
+    if spec.cate.multi_arm:
+        for arm, part in zip(arms, parts, strict=True):
+            part.insert(0, "control", [spec.cate.control_label()] * len(part))
+            part.insert(0, "arm", [arm] * len(part))
+    table = pd.concat(parts, ignore_index=True)
     release = Release(tables={"cate": table})
     if weights is not None:
         release.documents["cate_function.json"] = function_document(spec, setup, weights)
     axes = grid_axes(spec, setup)
     if spec.cate.plot and axes:
-        release.figures["cate.png"] = plot_png(table, axes, spec, tau, half, bounds)
+        for i, (arm, part, row) in enumerate(zip(arms, parts, rows, strict=True)):
+            name = "cate.png" if not spec.cate.multi_arm else f"cate_{i + 1}.png"
+            what = None if not spec.cate.multi_arm else (
+                f"arm {arm!r} vs control {spec.cate.control_label()!r}")
+            release.figures[name] = plot_png(part, axes, spec, row, half, bounds, what=what)
     release.summary.update({"mode": spec.cate.mode, "learner": spec.cate.learner,
-                            "queries": len(table), "released_cate_mean": float(np.mean(tau)),
+                            "queries": len(queries),
+                            "released_cate_mean": float(np.mean(tau)),
                             "clamped": int(table["cate_clamped"].sum())})
+    if spec.cate.multi_arm:
+        release.summary["contrasts"] = [
+            {"arm": arm, "control": spec.cate.control_label(),
+             "released_cate_mean": float(np.mean(row))} for arm, row in zip(arms, rows, strict=True)]
     if half is not None and sd is not None:
         release.summary["cate_noise_interval"] = {
             "halfwidth": half, "level": 1.0 - alpha, "kind": "noise",
@@ -95,3 +120,15 @@ def build_release(spec: CateSpec, setup: CateSetup, queries: pd.DataFrame, tau: 
             "not released: queries mode with gamma_method: search scales the noise by γ(T, D), "
             "which depends on the data and is never released")
     return release
+
+
+def _table(queries: pd.DataFrame, tau: FloatArray, half: float | None,
+           bounds: tuple[float, float]) -> pd.DataFrame:
+    """The query rows with ``cate`` (clamped), its noise interval and ``cate_clamped``."""
+    table = queries.copy()
+    shown, moved = clamp(tau, bounds)
+    table["cate"] = shown
+    if half is not None:
+        table["cate_noise_lo"], table["cate_noise_hi"] = interval_bounds(tau, half, bounds)
+    table["cate_clamped"] = moved
+    return table

@@ -8,7 +8,8 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from dpcausal.commands.cate.ate_spec import AteSpec
-from dpcausal.spec.base import ArmLabel, BinaryArms, CommonSpec, PositiveFinite, StrictModel
+from dpcausal.spec.arms import MultiArms, label_index
+from dpcausal.spec.base import ArmLabel, CommonSpec, PositiveFinite, StrictModel
 from dpcausal.spec.split import RowSplit
 
 Share = Annotated[float, Field(gt=0.0, lt=1.0)]
@@ -68,20 +69,27 @@ KAPPA_DEFAULT = {"cate": 0.05, "ate": 0.1}
 usual trimming threshold, Crump et al. 2009; its noise grows like 1/ζ)."""
 
 
-class CateSection(BinaryArms):
+class CateSection(MultiArms):
     """The ``cate`` section. Every value here is public: never tuned on the sensitive data."""
 
     section: ClassVar[str] = "cate"
     command: ClassVar[str] = "cate"
-    multi_arm_why: ClassVar[str] = ("the paper's learners take a binary A, spec cate §1; each arm "
-                                    "against a declared control is not implemented yet")
-    treated: ArmLabel = 1
-    """The treatment column's value that means 'treated' (A = 1), as it appears in the data (a
-    number, true/false or a text label); default 1. τ(x) = E[Y(treated) − Y(control) | x]."""
+    control_role: ClassVar[str | None] = "the arm every other arm is compared with"
+    treated: ArmLabel | None = None
+    """Two arms: the treatment column's value that means 'treated' (A = 1), as it appears in the
+    data (a number, true/false or a text label); default 1 unless cate.arms is given.
+    τ(x) = E[Y(treated) − Y(control) | x]."""
     control: ArmLabel | None = None
-    """The control arm's value; defaults to 0 when treated is 1 (false when treated is true),
-    and is required otherwise. A row whose treatment is neither label is refused, never
-    dropped."""
+    """Two arms: the control arm's value; defaults to 0 when treated is 1 (false when treated is
+    true), and is required otherwise. With cate.arms: required, one of them — every other arm k
+    is released as the contrast τ_k(x) = E[Y(k) − Y(control) | x]. A row whose treatment is no
+    declared label is refused, never dropped."""
+    arms: list[ArmLabel] | None = None
+    """K ≥ 3 arms (estimand cate, mode function): every value of the treatment column, as it
+    appears in the data (distinct; public, from the protocol, never from the data), with
+    cate.control naming the one the others are compared with. The K − 1 contrasts are released
+    jointly: one Gaussian-process mechanism over the stacked functions at √(K − 1) times the
+    per-contrast RKHS sensitivity (docs/proofs/cate.md §7). Give either arms or treated."""
 
     estimand: Literal["cate", "ate"] = "cate"
     """cate (default): τ(x) = E[Y(1) − Y(0) | X = x] at the query points or on the grid (DP-CATE).
@@ -160,12 +168,21 @@ class CateSection(BinaryArms):
     @model_validator(mode="before")
     @classmethod
     def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "arms" not in data and "treated" not in data:
+            data = {**data, "treated": 1}  # the binary default: treated = 1, control = 0
         if isinstance(data, dict) and "split_seed" in data:
             raise ValueError("cate.split_seed was replaced by cate.split: the default "
                              "{kind: random} draws a secret permutation and does not depend on "
                              "the row order; {kind: seeded, seed: N} reproduces the old split "
                              "and assumes the row order is independent of the data")
         return data
+
+    def contrast_arms(self) -> tuple[ArmLabel, ...]:
+        """The arms released against the control, in declared order: (treated,) for two arms,
+        every arm but cate.control with cate.arms (K − 1 contrasts)."""
+        labels = self.labels()
+        skip = label_index(labels, self.control_label())
+        return tuple(lab for i, lab in enumerate(labels) if i != skip)
 
     @property
     def kappa(self) -> float:
@@ -181,6 +198,20 @@ class CateSection(BinaryArms):
 
     @model_validator(mode="after")
     def _consistent(self) -> CateSection:
+        if self.arms is not None:
+            if self.control is None:
+                raise ValueError("cate.control: with cate.arms, name the control arm every other "
+                                 "arm is compared with (one of cate.arms)")
+            if self.estimand == "ate":
+                raise ValueError("cate.arms: estimand ate with K ≥ 3 arms is not implemented "
+                                 "yet (no proof of the K-arm ATE interval); release the "
+                                 "contrasts τ_k(x) with estimand: cate, or run the ATE once per "
+                                 "arm with cate.treated/control on the rows of those two arms "
+                                 "(a public selection declared before the run)")
+            if self.mode != "function":
+                raise ValueError("cate.arms: K ≥ 3 arms run in mode: function only (the "
+                                 "queries-mode smooth-sensitivity noise of Thm 1 has no K-arm "
+                                 "proof); use mode: function")
         if self.estimand == "ate":
             extra = [f for f in CATE_ONLY if f in self.model_fields_set]
             if extra:

@@ -11,49 +11,26 @@ docs/proofs/select_policy.md §8.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
+from dpcausal.commands.common.arms import arm_codes as arm_codes
 from dpcausal.commands.select_policy.certify import spillover
 from dpcausal.commands.select_policy.multi_library import MultiArmLibrary
 from dpcausal.commands.select_policy.spec import SelectPolicySection
-from dpcausal.errors import DataError, SpecError
+from dpcausal.errors import SpecError
 from dpcausal.learners import CertifiedRidge, SpilloverCertificate
 from dpcausal.learners.features import UnitBoxFeatures
 from dpcausal.learners.multinomial import CertifiedMultinomial, MultinomialFit
 from dpcausal.learners.ridge import RidgeFit
-from dpcausal.preprocess.cells import label_matches
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
 STATUS = ("experimental (spec select_policy §2.9: the K-arm certificate is derived, not yet "
           "independently reviewed)")
 """What the receipt says of a K-arm release."""
-
-
-def arm_codes(col: pd.Series, sec: SelectPolicySection, *, path: Path | str | None,
-              column: str) -> IntArray:
-    """Each row's arm index in ``select_policy.arms``; refuses rows holding none of them.
-
-    Rows are refused, not dropped (dropping would change n and the neighbouring relation); the
-    message names the first bad row but never echoes its value. The data checks of the pipeline
-    refuse such rows first, with every bad cell of the file.
-    """
-    codes = np.full(len(col), -1, dtype=np.intp)
-    for i, label in enumerate(sec.labels()):
-        codes[label_matches(col, label) & (codes < 0)] = i
-    bad = codes < 0
-    if bad.any():
-        raise DataError(
-            f"{path}: column '{column}' has {int(bad.sum())} value(s) that are not one of "
-            f"select_policy.arms {list(sec.labels())!r} (first at data row "
-            f"{int(np.flatnonzero(bad)[0]) + 1}); recode the column, or list every arm the "
-            "file uses in select_policy.arms", file=path, column=column)
-    return codes
 
 
 def check_supported(spec: Any) -> None:
