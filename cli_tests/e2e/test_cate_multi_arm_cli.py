@@ -114,3 +114,17 @@ def test_spec_mistakes_are_refused_before_reading(workdir: Path, change: dict[st
     res = invoke(["cate", "--spec", str(write_yaml(workdir / "s.yaml", doc)), "--dry-run"])
     assert res.exit_code == 2
     assert words in res.output
+
+
+def test_a_two_arm_spec_on_the_three_arm_file_points_to_cate_arms(workdir: Path) -> None:
+    """The binary cate on the 3-arm file: the third arm's rows are refused (exit 2, no value
+    echoed) with the fix — recode, or declare every arm in cate.arms."""
+    doc = doc_of(CONFIG)
+    for key in ("arms", "control"):
+        doc["cate"].pop(key)
+    doc["cate"].update({"treated": "high_dose", "control": "placebo"})
+    res = invoke(["cate", "--spec", str(write_yaml(workdir / "s.yaml", doc))])
+    assert res.exit_code == 2
+    text = " ".join(res.output.split())
+    assert "neither the treated value 'high_dose' nor the control value 'placebo'" in text
+    assert "or list every arm the file uses in cate.arms" in text and "low_dose" not in text

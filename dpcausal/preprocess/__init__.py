@@ -23,8 +23,11 @@ def declared_arms(spec: Any) -> tuple[str, tuple[Any, ...]] | None:
 
 
 def _binary_hint(section: Any) -> str:
-    """The fix added for a command whose method takes two arms only (none for K-arm ones)."""
+    """The fix added for a command whose method takes two arms only, or, for a command that also
+    takes K ≥ 3 arms and was given two, the pointer to its ``arms``."""
     if not hasattr(section, "multi_arm_why"):
+        if hasattr(section, "arms") and getattr(section, "arms", None) is None:
+            return f", or list every arm the file uses in {section.section}.arms"
         return ""
     return (f"; {section.command} takes two arms only ({section.multi_arm_why}): collapse any "
             "other arm into these two, by a rule applied to every row")

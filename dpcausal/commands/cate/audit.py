@@ -65,7 +65,7 @@ def _setup(spec: CateSpec, n_rows: int) -> CateSetup:
     if spec.cate.multi_arm:
         raise SpecError("cate.arms: audit privacy covers two-arm cate only for now; the K-arm "
                         "release's sensitivity is checked by a neighbour search in the tests "
-                        "(cli_tests/unit/test_cate_multi_arm.py; proof docs/proofs/cate.md §7)",
+                        "(cli_tests/unit/test_cate_multi_arm.py; proof docs/proofs/cate.md §10)",
                         field="cate.arms")
     return build_setup(spec, n_rows)
 

@@ -7,7 +7,7 @@ ridge over ALL n rows of D, the rows of other arms entering with weight 0 (R) or
 pseudo-outcome's indicators at 0 (DR) (:func:`contrast_inputs`). The K − 1 fitted functions are
 released by ONE Gaussian-process mechanism with K − 1 independent paths at √(K − 1) times the
 binary RKHS sensitivity (:func:`~dpcausal.commands.cate.privacy.function_mechanism`; proof:
-docs/proofs/cate.md §7).
+docs/proofs/cate.md §10).
 """
 
 from __future__ import annotations

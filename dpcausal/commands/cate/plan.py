@@ -160,7 +160,7 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
 
 def _contrast_details(spec: CateSpec, setup: CateSetup, sigma: float) -> dict[str, Any]:
     """The dry run's lines for K ≥ 3 arms: each contrast (one path of the joint release) and the
-    rejected per-contrast split with its larger noise (docs/proofs/cate.md §7)."""
+    rejected per-contrast split with its larger noise (docs/proofs/cate.md §10)."""
     sec = spec.cate
     arms = sec.contrast_arms()
     r = len(arms)
@@ -173,7 +173,7 @@ def _contrast_details(spec: CateSpec, setup: CateSetup, sigma: float) -> dict[st
         f"the {r} contrasts jointly: one Gaussian-process mechanism with {r} independent paths at "
         f"sensitivity sqrt({r})·Δ_H (a control row enters every contrast), full (ε, δ); noise "
         f"sd {sigma:.4g} per point, against {split:.4g} for {r} separate releases at "
-        f"(ε/{r}, δ/{r}) and Δ_H (never smaller: docs/proofs/cate.md §7)")
+        f"(ε/{r}, δ/{r}) and Δ_H (never smaller: docs/proofs/cate.md §10)")
     return out
 
 

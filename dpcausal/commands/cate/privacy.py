@@ -92,7 +92,7 @@ def function_mechanism(spec: CateSpec, setup: CateSetup) -> GaussianProcessMecha
     ℋ^r). This beats splitting (ε, δ) into r releases of (ε/r, δ/r) at Δ_ℋ: composing those r
     Gaussian mechanisms is exactly the Gaussian mechanism at μ = √r·Δ_ℋ/σ_split (Dong, Roth & Su
     2022, GDP composition), so (ε, δ)-DP of the split forces √r·Δ_ℋ/σ_split ≤ μ*(ε, δ), the
-    largest μ the joint release may have, i.e. σ_split ≥ σ_joint (docs/proofs/cate.md §7).
+    largest μ the joint release may have, i.e. σ_split ≥ σ_joint (docs/proofs/cate.md §10).
     """
     factor = noise_factor(spec, setup)
     paths = len(spec.cate.contrast_arms())

@@ -89,7 +89,7 @@ class CateSection(MultiArms):
     appears in the data (distinct; public, from the protocol, never from the data), with
     cate.control naming the one the others are compared with. The K − 1 contrasts are released
     jointly: one Gaussian-process mechanism over the stacked functions at √(K − 1) times the
-    per-contrast RKHS sensitivity (docs/proofs/cate.md §7). Give either arms or treated."""
+    per-contrast RKHS sensitivity (docs/proofs/cate.md §10). Give either arms or treated."""
 
     estimand: Literal["cate", "ate"] = "cate"
     """cate (default): τ(x) = E[Y(1) − Y(0) | X = x] at the query points or on the grid (DP-CATE).
