@@ -50,6 +50,8 @@ def test_example_releases_each_contrast_with_one_joint_draw(workdir: Path,
     receipt = read_json(out / "receipt.json")
     fn = next(e for e in receipt["events"] if e["stage"] == "cate.second_stage.function")
     assert fn["params"]["paths"] == 2 and fn["epsilon"] == 5.0
+    assert [c["arm"] for c in fn["params"]["contrasts"]] == ["low_dose", "high_dose"]
+    assert fn["params"]["sigma_if_split_per_contrast"] > fn["noise_scale"]
     assert receipt["assumptions"]["treatment_values"] == {
         "arms": ["placebo", "low_dose", "high_dose"], "control": "placebo"}
     assert "placebo" in receipt["assumptions"]["estimand"]

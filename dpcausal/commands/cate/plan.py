@@ -96,6 +96,8 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
                 "rff_pairs_m": sec.rff_dim, "rff_seed": sec.rff_seed,
                 "covariance": "sigma^2 * I on the 2m feature weights",
                 **_solver_params(setup)})
+        if sec.multi_arm:
+            ev = dataclasses.replace(ev, params={**ev.params, **_contrast_params(spec, setup)})
         events.append(_tag(ev, SECOND_PART))
         details["noise_sd_per_point"] = mech.sigma
         if sec.multi_arm:
@@ -175,6 +177,20 @@ def _contrast_details(spec: CateSpec, setup: CateSetup, sigma: float) -> dict[st
         f"sd {sigma:.4g} per point, against {split:.4g} for {r} separate releases at "
         f"(ε/{r}, δ/{r}) and Δ_H (never smaller: docs/proofs/cate.md §10)")
     return out
+
+
+def _contrast_params(spec: CateSpec, setup: CateSetup) -> dict[str, Any]:
+    """The receipt's record of the K-arm joint release: the contrasts (one path each, in order),
+    the sensitivity's composition and the rejected split's noise (docs/proofs/cate.md §10)."""
+    sec = spec.cate
+    r = len(sec.contrast_arms())
+    return {"contrasts": [{"path": i + 1, "arm": k, "control": sec.control_label()}
+                          for i, k in enumerate(sec.contrast_arms())],
+            "sensitivity_is": f"formula_factor * sqrt({r}) * corrected_rkhs_sensitivity (the "
+                              "per-contrast bound; one row can enter every contrast)",
+            "joint_release": f"one draw, {r} independent paths, full (epsilon, delta); never "
+                             f"noisier than {r} releases at (epsilon/{r}, delta/{r})",
+            "sigma_if_split_per_contrast": split_alternative(spec, setup).sigma}
 
 
 def _solver_params(setup: CateSetup) -> dict[str, Any]:
