@@ -181,7 +181,7 @@ class GaussianProcessMechanism:
 
     @property
     def _shape_word(self) -> str:
-        return "(d,)" if self.paths == 1 else f"({self.paths}, d)"
+        return "1-d, (d,)" if self.paths == 1 else f"({self.paths}, d)"
 
     def noise_cholesky(self, gram: FloatArray) -> FloatArray:
         """Lower Cholesky factor of k0(X, X) + τI with the smallest jitter τ ≥ 1e-10·d that works."""
