@@ -28,7 +28,7 @@ import pandas as pd
 from sklearn.kernel_ridge import KernelRidge
 from sklearn.linear_model import LinearRegression, LogisticRegression
 
-from dpcausal.commands.cate.estimate import run
+from dpcausal.commands.cate.multi_arm import run
 from dpcausal.commands.cate.plan import plan
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.mechanisms import NoiseGuard

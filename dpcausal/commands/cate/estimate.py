@@ -162,10 +162,7 @@ def search_gamma(spec: CateSpec, setup: CateSetup, fit: KrrFit, rho: FloatArray,
 def run(spec: CateSpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, Any], *,
         rng: np.random.Generator, noise: NoiseGuard) -> Release:
     """Fit the DP nuisances on D̃, the second stage on D, and release τ̂ at the query points
-    (with K ≥ 3 arms: :func:`dpcausal.commands.cate.multi_arm.run`)."""
-    if spec.cate.multi_arm:
-        from dpcausal.commands.cate.multi_arm import run as run_arms
-        return run_arms(spec, frame, plan, side, rng=rng, noise=noise)
+    (two arms; K ≥ 3 arms: :func:`dpcausal.commands.cate.multi_arm.run`)."""
     setup = build_setup(spec, len(frame))
     queries = query_points(spec, setup, side)
     data = prepare(spec, setup, frame)

@@ -14,6 +14,7 @@ from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.method import MethodDef, lazy
 
 _cate_run = lazy("dpcausal.commands.cate.estimate:run")
+_arms_run = lazy("dpcausal.commands.cate.multi_arm:run")
 _ate_run = lazy("dpcausal.commands.cate.ate_estimate:ate_run")
 
 
@@ -27,9 +28,12 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
 
 
 def run(spec: CateSpec, *args: Any, **kwargs: Any) -> Any:
-    """The in-memory release of the spec's estimand (its estimation code imported on first use)."""
+    """The in-memory release of the spec's estimand (two arms, K ≥ 3 arms or the ATE; its
+    estimation code imported on first use)."""
     if spec.cate.estimand == "ate":
         return _ate_run(spec, *args, **kwargs)
+    if spec.cate.multi_arm:
+        return _arms_run(spec, *args, **kwargs)
     return _cate_run(spec, *args, **kwargs)
 
 
