@@ -88,9 +88,8 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
             ev = dataclasses.replace(ev, params={
                 **ev.params, "kernel": "random Fourier features of the Gaussian kernel",
                 "rff_pairs_m": sec.rff_dim, "rff_seed": sec.rff_seed,
-                "covariance": "sigma^2 * I on the 2m feature weights",
-                **_solver_params(setup)})
-        events.append(_tag(ev, SECOND_PART))
+                "covariance": "sigma^2 * I on the 2m feature weights"})
+        events.append(_tag(_with_params(ev, _solver_params(setup)), SECOND_PART))
         details["noise_sd_per_point"] = mech.sigma
         if mech.sigma > setup.delta_y:
             warnings.append(f"the per-point noise sd {mech.sigma:.3g} exceeds the outcome range "
@@ -100,7 +99,7 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
     else:
         gamma = certified_gamma(setup, d) if sec.gamma_method == "certified" else None
         qm = queries_mechanism(spec, setup, d, gamma)
-        events.append(_tag(qm.event(), SECOND_PART))
+        events.append(_tag(_with_params(qm.event(), _solver_params(setup)), SECOND_PART))
         if gamma is not None:
             details["noise_sd_per_query"] = qm.sigma
         if spec.privacy.epsilon > 1.0:
@@ -149,12 +148,14 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
 
 
 def _solver_params(setup: CateSetup) -> dict[str, Any]:
-    """The random-feature solve's public accuracy (rff_accuracy.py): whichever way it ends
-    (certificate or the guaranteed fallback) it is within the distance bound of the minimiser."""
-    acc = setup.rff_accuracy
-    assert acc is not None
+    """The second-stage solve's public accuracy (rff_accuracy.py, krr_accuracy.py): whichever way
+    it ends (certificate or the guaranteed fallback) it is within the distance bound of the exact
+    minimiser, rounding included; the solver slack is inside the sensitivity (function mode)."""
+    acc = setup.accuracy
+    how = ("projected gradient descent on the feature weights" if setup.rff_accuracy is not None
+           else "gradient descent in the RKHS from g = 0")
     return {"solver_grad_tol": acc.tol, "solver_distance_bound": acc.target,
-            "solver_fallback": "projected gradient descent, step 2/(L+2*lambda0), "
-                               f"{acc.steps} passes (public), when Newton does not certify",
+            "solver_fallback": f"{how}, step 2/(L+2*lambda0), {acc.steps} passes (public), "
+                               "when Newton does not certify",
             "solver_fallback_steps": acc.steps}
 
