@@ -74,6 +74,13 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
                                "composition": "the two nuisance mechanisms (first half) and the "
                                               "second stage (second half) read disjoint rows of a "
                                               "data-independent split: total = max, not sum"}
+    acc = setup.accuracy
+    details["second_stage_solver"] = (
+        f"within {acc.target:.3g} of the exact minimiser (RKHS norm; solver error and float64 "
+        f"rounding, a public bound) whether Newton certifies or the public {acc.steps}-step "
+        "fallback runs; never refuses after the data is read" + (
+            f"; the sensitivity includes its slack tau/lambda0 = {acc.tol / setup.lam0:.3g}"
+            if sec.mode == "function" else ""))
     warnings: list[str] = []
     if sec.mode == "function":
         mech = function_mechanism(spec, setup)
