@@ -284,7 +284,7 @@ def test_cate_and_select_policy_pairs_at_extreme_penalties_exit_alike(tmp_path: 
         {"name": "none", "type": "constant", "treat": False}]})
     cate_doc = _cate_doc(1e9)
     cate_doc["cate"]["nuisance"] = {"propensity_l2": lam, "outcome_l2": lam}
-    cate_doc["cate"]["ridge"] = max(lam, 1e-6)
+    cate_doc["cate"]["ridge"] = max(lam, 1e-3)  # a second stage the plan accepts
     sel_doc = _select_doc(1e9, library)
     sel_doc["select_policy"].update(lambda_mu=lam, lambda_e=lam)
     refused = []
@@ -399,3 +399,61 @@ def test_cate_rff_plan_refuses_a_fallback_too_long_before_reading_rows(tmp_path:
     res = run_pair(tmp_path, "cate", doc, [_obs_frame(80, 1.0, seed=6)], ("--dry-run",))[0]
     assert res.exit_code == 2, res.output
     assert "cate.ridge" in res.stderr and "fallback" in res.stderr
+
+
+def _fail_second_stage_cholesky(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the exact-kernel second stage's Cholesky (lower, overwrite, unchecked: that call's
+    signature only) report 'not positive definite', as rounding can on extreme data."""
+    from scipy import linalg
+
+    real = linalg.cho_factor
+
+    def flaky(a: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("overwrite_a") and kwargs.get("lower") and not kwargs.get("check_finite"):
+            raise linalg.LinAlgError("not positive definite")
+        return real(a, *args, **kwargs)
+
+    monkeypatch.setattr(linalg, "cho_factor", flaky)
+
+
+@pytest.mark.parametrize(("mode", "hi"), [("function", 1e-6), ("function", 1e9),
+                                          ("queries", 1e9)])
+def test_cate_exact_kernel_releases_with_the_stated_sensitivity_when_newton_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, hi: float
+) -> None:
+    """Issue 13: the exact-kernel second stage (fit_krr) raised SolverError (exit 2, after the
+    data was read) when an active-set system was not numerically positive definite or 100 Newton
+    steps missed the tolerance, so a neighbour on which the solve missed flipped exit 0 → 2. Now
+    such a solve ends in the guaranteed fallback (gradient descent in the RKHS for a public number
+    of steps, within the planned distance by proof): random neighbour pairs at extreme outcome
+    ranges all release, with the plan's sensitivity and solver bound, and quote no number."""
+    body: dict[str, Any] = {"grid": {"vary": ["x0"], "points": 5}, "plot": False}
+    n = 80
+    if mode == "queries":
+        body.update(mode="queries", gamma_method="certified")
+        n = 220
+    doc = spec_doc("cate", body, (0.0, hi), delta=1e-4)
+    _fail_second_stage_cholesky(monkeypatch)
+    results = []
+    for seed in range(2):
+        base = _obs_frame(n, hi, seed=20 + seed)
+        results += run_pair(tmp_path / f"p{seed}", "cate", doc,
+                            [base, _neighbour(base, 40 + seed, hi)], ("--json",))
+    assert [r.exit_code for r in results] == [0] * 4, [r.output for r in results]
+    events = [json.loads(r.stdout)["events"][-1] for r in results]
+    assert len({json.dumps(e, sort_keys=True) for e in events}) == 1
+    assert events[0]["params"]["solver_fallback_steps"] > 0
+    for r in results:
+        assert_no_number_quoted(r.stderr)
+
+
+def test_cate_exact_kernel_plan_refuses_a_ridge_too_small_before_reading_rows(
+    tmp_path: Path
+) -> None:
+    """A ridge so small that the exact kernel's guaranteed fallback would be too long (or its
+    rounding allowance too large) is refused by the plan (exit 2, public inputs only)."""
+    doc = spec_doc("cate", {"grid": {"vary": ["x0"], "points": 5}, "plot": False,
+                            "ridge": 1e-6}, (0.0, 1.0), delta=1e-4)
+    res = run_pair(tmp_path, "cate", doc, [_obs_frame(80, 1.0, seed=6)], ("--dry-run",))[0]
+    assert res.exit_code == 2, res.output
+    assert "cate.ridge" in res.stderr

@@ -15,6 +15,7 @@ from sklearn.linear_model import LogisticRegression, Ridge
 
 from dpcausal.commands.cate.estimate import halves, run
 from dpcausal.commands.cate.krr import fit_krr, huber_value, pseudo_outcomes
+from dpcausal.commands.cate.krr_accuracy import KrrAccuracy
 from dpcausal.commands.cate.plan import plan
 from dpcausal.commands.cate.privacy import nuisance_learners
 from dpcausal.commands.cate.setup import build_setup, noise_factor, query_points, side_inputs
@@ -79,7 +80,9 @@ def test_squared_loss_krr_equals_sklearn_and_closed_form() -> None:
     n, h, lam0 = 300, 0.3, 0.02
     s = rng.uniform(size=(n, 2))
     rho, phi = rng.uniform(0.01, 0.9, n), rng.normal(size=n) * 3
-    fit = fit_krr(s, rho, phi, bandwidth=h, lam0=lam0, huber_c=None, grad_tol=1e-12)
+    acc = KrrAccuracy(n, 2, h, lam0, 2.0 * float(np.max(rho * np.abs(phi))), squared=True)
+    fit = fit_krr(s, rho, phi, bandwidth=h, lam0=lam0, huber_c=None, accuracy=acc)
+    assert fit.iterations == 1  # the one Newton solve certifies
     k = gaussian_kernel(s, s, h)
     alpha = np.linalg.solve(np.diag(rho) @ k + n * lam0 * np.eye(n), rho * phi)
     assert np.allclose(fit.alpha, alpha, atol=1e-10)
@@ -98,7 +101,9 @@ def test_huber_krr_is_the_exact_minimiser() -> None:
     n, h, lam0, c = 120, 0.4, 0.01, 0.8
     s = rng.uniform(size=(n, 2))
     rho, phi = rng.uniform(0.05, 0.9, n), rng.standard_cauchy(n)
-    fit = fit_krr(s, rho, phi, bandwidth=h, lam0=lam0, huber_c=c, grad_tol=1e-12)
+    acc = KrrAccuracy(n, 2, h, lam0, 2.0 * c * 0.9, squared=False)
+    fit = fit_krr(s, rho, phi, bandwidth=h, lam0=lam0, huber_c=c, accuracy=acc)
+    assert fit.iterations < 100  # Newton certifies
     k = gaussian_kernel(s, s, h)
     w, v = np.linalg.eigh(k)
     root = (v * np.sqrt(np.clip(w, 0, None))) @ v.T  # g = K^{1/2} b parametrisation

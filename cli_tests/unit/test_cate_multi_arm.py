@@ -100,7 +100,7 @@ def _stacked_fits(setup: Any, s: np.ndarray, codes: np.ndarray, y: np.ndarray, p
     for k in (1, 2):
         rho, phi = contrast_inputs(learner, codes, y, pi, mu, k, 0, setup.kappa)  # type: ignore[arg-type]
         out.append(fit_krr(s, rho, phi, bandwidth=setup.bandwidth, lam0=setup.lam0,
-                           huber_c=setup.huber_c, grad_tol=setup.grad_tol, kmat=kmat))
+                           huber_c=setup.huber_c, accuracy=setup.krr_accuracy, kmat=kmat))
     return out
 
 

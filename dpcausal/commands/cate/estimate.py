@@ -117,8 +117,9 @@ def second_stage(setup: CateSetup, prop: PropensityModel, outm: OutcomeModel, x:
     pi = prop.predict(x)
     rho, phi = pseudo_outcomes(setup.learner, a, y, pi, outm.predict(x, 0), outm.predict(x, 1))
     s = setup.box.unit(x)
+    assert setup.krr_accuracy is not None
     fit = fit_krr(s, rho, phi, bandwidth=setup.bandwidth, lam0=setup.lam0,
-                  huber_c=setup.huber_c, grad_tol=setup.grad_tol)
+                  huber_c=setup.huber_c, accuracy=setup.krr_accuracy)
     return fit, rho, phi
 
 

@@ -100,9 +100,10 @@ def second_stage_values(spec: CateSpec, setup: CateSetup, prop: ArmPropensities,
                                          huber_c=setup.huber_c, accuracy=setup.rff_accuracy).w
                        for rho, phi in inputs])
         return feats.evaluate(sq, w.T).T, w
+    assert setup.krr_accuracy is not None
     kmat = gaussian_kernel(s, s, setup.bandwidth)
     values = np.vstack([fit_krr(s, rho, phi, bandwidth=setup.bandwidth, lam0=setup.lam0,
-                                huber_c=setup.huber_c, grad_tol=setup.grad_tol,
+                                huber_c=setup.huber_c, accuracy=setup.krr_accuracy,
                                 kmat=kmat).predict(sq)
                         for rho, phi in inputs])
     return values, None

@@ -80,6 +80,13 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
                                "composition": "the two nuisance mechanisms (first half) and the "
                                               "second stage (second half) read disjoint rows of a "
                                               "data-independent split: total = max, not sum"}
+    acc = setup.accuracy
+    details["second_stage_solver"] = (
+        f"within {acc.target:.3g} of the exact minimiser (RKHS norm; solver error and float64 "
+        f"rounding, a public bound) whether Newton certifies or the public {acc.steps}-step "
+        "fallback runs; never refuses after the data is read" + (
+            f"; the sensitivity includes its slack tau/lambda0 = {acc.tol / setup.lam0:.3g}"
+            if sec.mode == "function" else ""))
     warnings: list[str] = []
     if sec.mode == "function":
         mech = function_mechanism(spec, setup)
@@ -94,11 +101,10 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
             ev = dataclasses.replace(ev, params={
                 **ev.params, "kernel": "random Fourier features of the Gaussian kernel",
                 "rff_pairs_m": sec.rff_dim, "rff_seed": sec.rff_seed,
-                "covariance": "sigma^2 * I on the 2m feature weights",
-                **_solver_params(setup)})
+                "covariance": "sigma^2 * I on the 2m feature weights"})
         if sec.multi_arm:
-            ev = dataclasses.replace(ev, params={**ev.params, **_contrast_params(spec, setup)})
-        events.append(_tag(ev, SECOND_PART))
+            ev = _with_params(ev, _contrast_params(spec, setup))
+        events.append(_tag(_with_params(ev, _solver_params(setup)), SECOND_PART))
         details["noise_sd_per_point"] = mech.sigma
         if sec.multi_arm:
             details.update(_contrast_details(spec, setup, mech.sigma))
@@ -110,7 +116,7 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
     else:
         gamma = certified_gamma(setup, d) if sec.gamma_method == "certified" else None
         qm = queries_mechanism(spec, setup, d, gamma)
-        events.append(_tag(qm.event(), SECOND_PART))
+        events.append(_tag(_with_params(qm.event(), _solver_params(setup)), SECOND_PART))
         if gamma is not None:
             details["noise_sd_per_query"] = qm.sigma
         if spec.privacy.epsilon > 1.0:
@@ -194,12 +200,14 @@ def _contrast_params(spec: CateSpec, setup: CateSetup) -> dict[str, Any]:
 
 
 def _solver_params(setup: CateSetup) -> dict[str, Any]:
-    """The random-feature solve's public accuracy (rff_accuracy.py): whichever way it ends
-    (certificate or the guaranteed fallback) it is within the distance bound of the minimiser."""
-    acc = setup.rff_accuracy
-    assert acc is not None
+    """The second-stage solve's public accuracy (rff_accuracy.py, krr_accuracy.py): whichever way
+    it ends (certificate or the guaranteed fallback) it is within the distance bound of the exact
+    minimiser, rounding included; the solver slack is inside the sensitivity (function mode)."""
+    acc = setup.accuracy
+    how = ("projected gradient descent on the feature weights" if setup.rff_accuracy is not None
+           else "gradient descent in the RKHS from g = 0")
     return {"solver_grad_tol": acc.tol, "solver_distance_bound": acc.target,
-            "solver_fallback": "projected gradient descent, step 2/(L+2*lambda0), "
-                               f"{acc.steps} passes (public), when Newton does not certify",
+            "solver_fallback": f"{how}, step 2/(L+2*lambda0), {acc.steps} passes (public), "
+                               "when Newton does not certify",
             "solver_fallback_steps": acc.steps}
 

@@ -72,10 +72,13 @@ def function_mechanism(spec: CateSpec, setup: CateSetup) -> GaussianProcessMecha
     (1−κ)² for R, 1 for DR; squared loss: the certified bound of spec §3.4), so replacing one row
     moves the exact minimiser by ‖ĝ_D − ĝ_D′‖_ℋ ≤ L_w·√(sup k0(x,x))/(λ0 n) = L_w/(λ0 n)
     (Bousquet–Elisseeff; the proof's Eq. 64, i.e. Lemma 1 with the corrected exponent, E1). The
-    solver is within tol/(2λ0) of the exact minimiser, adding tol/λ0. ``sensitivity_formula: max``
-    multiplies by max(1, 4√c_K) so that the noise is never below the paper's printed Thm 3
-    (which carries 4(√(2π)h)^{-q} instead of (√(2π)h)^{-q/2}); ``paper`` is refused where it is
-    below the corrected bound.
+    solve is within d* = 0.99τ/(2λ0) of the exact minimiser whatever the data and whichever way it
+    ended (Newton's certificate or the public-length fallback), a public bound on solver error and
+    float64 rounding (:class:`~dpcausal.commands.cate.krr_accuracy.KrrAccuracy`, exact kernel;
+    :class:`~dpcausal.commands.cate.rff_accuracy.RffAccuracy`, random features), adding τ/λ0.
+    ``sensitivity_formula: max`` multiplies by max(1, 4√c_K) so that the noise is never below the
+    paper's printed Thm 3 (which carries 4(√(2π)h)^{-q} instead of (√(2π)h)^{-q/2}); ``paper`` is
+    refused where it is below the corrected bound.
     Guarantee: (ε, δ)-DP for the whole function, exact given L_w (Hall et al. 2013, Cor. 9); all
     query points share one GP path. With the nuisances (parallel composition over the disjoint
     halves) the pipeline is (ε, δ)-DP on all rows.

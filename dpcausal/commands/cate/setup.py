@@ -10,8 +10,9 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from dpcausal.commands.cate.krr_accuracy import KrrAccuracy
 from dpcausal.commands.cate.rff import FourierFeatures
-from dpcausal.commands.cate.rff_accuracy import SOLVER_REL_TOL, RffAccuracy, feature_error
+from dpcausal.commands.cate.rff_accuracy import RffAccuracy, feature_error
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.commands.common.columns import ArmColumns
 from dpcausal.errors import DataError, MissingBoundsError, SpecError, UncertifiedModeError
@@ -49,8 +50,19 @@ class CateSetup:
     lipschitz_w: float
     lipschitz_derivation: str
     sup_g: float | None
-    rff_accuracy: RffAccuracy | None = None
-    """The random-feature solve's public accuracy (``features: rff``; None for the exact kernel)."""
+    accuracy: RffAccuracy | KrrAccuracy
+    """The second-stage solve's public accuracy: :class:`RffAccuracy` (``features: rff``) or
+    :class:`KrrAccuracy` (the exact kernel)."""
+
+    @property
+    def rff_accuracy(self) -> RffAccuracy | None:
+        """The random-feature solve's accuracy (None for the exact kernel)."""
+        return self.accuracy if isinstance(self.accuracy, RffAccuracy) else None
+
+    @property
+    def krr_accuracy(self) -> KrrAccuracy | None:
+        """The exact-kernel solve's accuracy (None for random features)."""
+        return self.accuracy if isinstance(self.accuracy, KrrAccuracy) else None
 
     @property
     def covariates(self) -> tuple[str, ...]:
@@ -89,11 +101,9 @@ class CateSetup:
 
     @property
     def grad_tol(self) -> float:
-        """Second-stage solver tolerance τ on ‖∇J‖_ℋ: 1e-6·L_w/n, for random features raised to
-        4A by their proven rounding allowance (:attr:`RffAccuracy.tol`)."""
-        if self.rff_accuracy is not None:
-            return self.rff_accuracy.tol
-        return SOLVER_REL_TOL * self.lipschitz_w / self.n
+        """Second-stage solver tolerance τ on ‖∇J‖_ℋ: 1e-6·L_w/n, raised to 4A by the solve's
+        proven rounding allowance (:attr:`RffAccuracy.tol`, :attr:`KrrAccuracy.tol`)."""
+        return self.accuracy.tol
 
     @property
     def rkhs_sensitivity(self) -> float:
@@ -181,13 +191,15 @@ def build_setup(spec: CateSpec, n_rows: int) -> CateSetup:
     lw, how, m_g = _lipschitz(spec, dy, sec.kappa, lam0)
     c = (sec.huber_c if sec.huber_c is not None else dy / 2.0) if sec.resolved_loss == "huber" \
         else None
-    acc = None
+    acc: RffAccuracy | KrrAccuracy
     if sec.features == "rff":
         omega = FourierFeatures.draw(q, sec.rff_dim, h, sec.rff_seed).omega
         acc = RffAccuracy(n, 2 * sec.rff_dim, lam0, lw, c is None, feature_error(omega))
-        problem = acc.problem()
-        if problem is not None:
-            raise SpecError(problem)
+    else:
+        acc = KrrAccuracy(n, q, h, lam0, lw, c is None)
+    problem = acc.problem()
+    if problem is not None:
+        raise SpecError(problem)
     setup = CateSetup(columns, BoxFeatures(bnds[:, 0], bnds[:, 1]), n_rows, n_nuis, n, h, lam0,
                       sec.kappa, sec.learner, sec.resolved_loss, c, lw, how, m_g, acc)
     if sec.mode == "function" and sec.sensitivity_formula == "paper" and setup.printed_factor < 1.0:
