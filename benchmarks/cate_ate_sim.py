@@ -96,7 +96,8 @@ def simulate(kind: str, eps: float, reps: int, ate: dict[str, Any], seed: int,
     spec = make_spec(kind, eps, ate, cate)
     truth = true_ate(kind)
     cov = SHAPES[kind][0]
-    out: dict[str, list[float]] = {k: [] for k in ("est", "lo", "hi", "ref_est", "ref_h")}
+    out: dict[str, list[float]] = {k: [] for k in ("est", "lo", "hi", "noise_h", "ref_est",
+                                                   "ref_h")}
     for r in range(reps):
         frame = draw(kind, SIZES[kind], np.random.default_rng(seed + r))
         doc = release(spec, frame, noise_seed=seed + 10**6 + r)
@@ -104,12 +105,22 @@ def simulate(kind: str, eps: float, reps: int, ate: dict[str, Any], seed: int,
         out["est"].append(doc["estimate"])
         out["lo"].append(t["lo"])
         out["hi"].append(t["hi"])
+        out["noise_h"].append((doc["interval"]["hi"] - doc["interval"]["lo"]) / 2)
         est, h = reference_aipw(frame, cov, spec.cate.kappa, spec.accuracy.alpha,
                                 ate.get("propensity"))
         out["ref_est"].append(est)
         out["ref_h"].append(h)
     out["truth"] = [truth]
     return out
+
+
+def score_noise_sd(rec: dict[str, list[float]], alpha: float = 0.05) -> float:
+    """The sd of the score stage's Laplace noise, sqrt(mean 2b²), from the noise-only intervals
+    (b·ln(1/α) for the ATE without a released denominator): the part of the estimate's spread
+    the interval models as privacy noise, next to the sampling sd and the nuisance models'
+    noise (which the interval does not model)."""
+    b = np.asarray(rec["noise_h"]) / math.log(1.0 / alpha)
+    return float(math.sqrt(np.mean(2.0 * b * b)))
 
 
 def summary(rec: dict[str, list[float]]) -> dict[str, float]:
@@ -125,6 +136,7 @@ def summary(rec: dict[str, list[float]]) -> dict[str, float]:
             "halfwidth": float(half.mean()), "halfwidth_se": float(half.std(ddof=1) / math.sqrt(n)),
             "ref_halfwidth": float(ref_h.mean()), "ratio": float(half.mean() / ref_h.mean()),
             "bias": float(est.mean() - truth), "sd": float(est.std(ddof=1)),
+            "score_noise_sd": score_noise_sd(rec),
             "ref_coverage": ref_cover, "ref_bias": float(ref.mean() - truth),
             "ref_sd": float(ref.std(ddof=1)),
             "mean_abs_diff_vs_ref": float(np.mean(np.abs(est - ref))),
