@@ -127,7 +127,11 @@ def _record(iv: Interval, level: float, bounds: tuple[float, float]) -> dict[str
         "total_interval": {"lo": t_lo, "hi": t_hi, "level": level, "kind": "total",
                            "law": "normal sampling error (CLT) + the noise, the private "
                                   "variance's own noise integrated (inflation k = "
-                                  f"{iv.k:.3g})", "bound": False},
+                                  f"{iv.k:.3g})", "bound": False,
+                           "assumes": "the nuisance models' remaining bias is negligible (one of "
+                                      "the two close to the truth); the confounding left by "
+                                      "shrunk or noisy DP nuisance models is not in the "
+                                      "interval (docs/proofs/cate_ate.md §5.1)"},
     }
     if est != iv.estimate:
         out["clamped"] = {"bounds": [lo_b, hi_b], "unclamped": iv.estimate}
