@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from dpcausal.errors import DataError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -33,6 +36,8 @@ def numeric_column(frame: pd.DataFrame, column: str, path: Path | None) -> npt.N
     A column that is already a plain NumPy int/uint/float column (what Parquet and typed CSV give)
     takes a fast path with the same result: only its finiteness needs checking.
     """
+    import pandas as pd
+
     series = frame[column]
     if isinstance(series.dtype, np.dtype) and series.dtype.kind in "fiu":
         arr = series.to_numpy(dtype=np.float64, copy=True)

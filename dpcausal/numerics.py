@@ -48,6 +48,16 @@ def block_total(stat: Callable[[slice], Stat], n: int) -> Stat:
                         for i in range(0, max(n, 1), SUM_CHUNK)])
 
 
+def expit(x: float) -> float:
+    """The logistic function 1/(1 + e^{−x}) of one float, bit for bit as ``scipy.special.expit``
+    computes it (e^{−x} overflowing to ∞ gives 0), without importing scipy: a plan needs it, and
+    importing scipy.special costs more than planning (issue 24)."""
+    try:
+        return 1.0 / (1.0 + math.exp(-x))
+    except OverflowError:
+        return 0.0
+
+
 def gamma(k: int) -> float:
     """γ_k = ku/(1 − ku) (needs ku < 1)."""
     ku = k * UNIT_ROUNDOFF

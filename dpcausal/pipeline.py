@@ -30,7 +30,6 @@ from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.accounting.receipt import build_receipt, finalize, sha256_bytes
 from dpcausal.errors import AccuracyRefusedError, BudgetExceededError, OutputError, PrivacyError
 from dpcausal.io import tables
-from dpcausal.io.documents import read_document
 from dpcausal.io.release_dir import RECEIPT, ReleaseDir, Staged
 from dpcausal.io.writers import csv_bytes, json_bytes, parquet_bytes
 from dpcausal.mechanisms import NoiseGuard
@@ -39,6 +38,8 @@ from dpcausal.method import MethodDef, Release
 from dpcausal.planner import Replan, TargetReport, check_accuracy, plan_target
 from dpcausal.preprocess import Preprocessor
 from dpcausal.rng import make_rng
+from dpcausal.side_inputs import SideInputs, side_inputs
+from dpcausal.side_inputs import load_side_inputs as load_side_inputs  # its former home
 from dpcausal.spec.base import CommonSpec
 
 
@@ -181,28 +182,6 @@ def _publish_staged(out: ReleaseDir, staged: Staged, final: dict[str, Any], *,
                           "the previous release there (if any) is intact") from exc
 
 
-def load_side_inputs(method: MethodDef, spec: CommonSpec,
-                     prep: Preprocessor | None = None) -> dict[str, Any]:
-    """Read the public side files a method declares (tables, or YAML/JSON documents).
-
-    ``spec`` is the model spec; with an active ``prep`` a side table (rows to score, query
-    points, a public tuning file) is read by its raw columns, its covariates checked (every
-    problem at once) and transformed exactly as the data's."""
-    out: dict[str, Any] = {}
-    for name, s in method.side_inputs(spec).items():
-        if s.kind == "document":
-            out[name] = read_document(s.path, s.what)
-            continue
-        columns = s.columns or list(tables.inspect_table(s.path, s.what).columns)
-        if prep is None or not prep.active:
-            out[name] = tables.read_table(s.path, columns, s.what)
-            continue
-        frame = tables.read_table(s.path, prep.raw_columns(columns) if s.columns else columns,
-                                  s.what)
-        out[name] = prep.side_table(frame, s.path, s.what)
-    return out
-
-
 def _with_preprocessing(release: Release, prep: Preprocessor) -> Release:
     """Every JSON document of the release names the preprocessing its model columns come from,
     so a released rule can be applied to raw rows (``--apply``)."""
@@ -223,7 +202,7 @@ class Prepared:
     started: str
     """The receipt's created_at: the start (the end would time the data)."""
     info: tables.TableInfo
-    side: dict[str, Any]
+    side: SideInputs
     rng: np.random.Generator
     plan: PrivacyPlan
     ledger: Ledger | None
@@ -273,7 +252,7 @@ def prepare(method: MethodDef, spec: CommonSpec, spec_sha256: str, *,
 
         engine_run = by_name(method.command).engine_run()
         check_source(spec.engine, info)
-    side = load_side_inputs(method, spec, prep)
+    side = side_inputs(method, spec, prep)
     rng = make_rng(seed)
     plan = method.plan(spec, info.n_rows, side, rng=rng)
     if prep.active:  # the dry run and the receipt list every rule and model column
@@ -416,6 +395,7 @@ def execute(
                          dry_run=True, refusal=run.refusal, target=target)
     if run.refusal is not None:
         raise run.refusal
+    run.side.read_all()  # every public side file before the first data row
     out = ReleaseDir(Path(spec.output.dir)) if write else None
     est = estimate(run, out, test_noise_seed=test_noise_seed)
     return charge_and_write(run, est, out, seeded_noise=test_noise_seed is not None)

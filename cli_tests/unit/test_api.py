@@ -38,16 +38,22 @@ def in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
 
 
-def test_import_dpcausal_loads_no_numpy_until_the_api_is_used() -> None:
+def test_import_dpcausal_loads_no_numpy_until_the_api_is_used(tmp_path: Path) -> None:
+    """``import dpcausal`` loads no heavy module; naming an API function loads none either (its
+    module is imported lazily), and planning on a CSV path loads numpy but not pandas (issue
+    24: a plan reads the file's header and row count only)."""
     script = ("import sys, dpcausal\n"
               "names = (dpcausal.__version__, dpcausal.SpecError, dpcausal.EXIT_PRIVACY)\n"
               "heavy = ('numpy', 'pandas', 'scipy', 'pyarrow', 'pydantic')\n"
               "print([m for m in sys.modules if m.split('.')[0] in heavy])\n"
               "dpcausal.plan\n"
-              "print('numpy' in sys.modules)\n")
+              "print('numpy' in sys.modules)\n"
+              "dpcausal.plan(dpcausal.load_spec('configs/owl.yaml'), "
+              f"ledger={str(tmp_path / 'ledger.jsonl')!r})\n"
+              "print('numpy' in sys.modules, 'pandas' in sys.modules)\n")
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         check=True)
-    assert res.stdout.split("\n")[:2] == ["[]", "True"], res.stdout
+                         check=True, cwd=REPO)
+    assert res.stdout.split("\n")[:3] == ["[]", "False", "True False"], res.stdout
 
 
 def test_every_public_name_resolves_and_is_listed() -> None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import Progress, TaskID
 
 from dpcausal.cli._run import (
     fail,
@@ -19,6 +18,9 @@ from dpcausal.cli._run import (
     write_json,
 )
 from dpcausal.cli.options import Command, Group
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 app = typer.Typer(no_args_is_help=True, cls=Group,
                   help="Verify receipts and the ledger; audit a command's privacy empirically.")
@@ -151,6 +153,8 @@ def _progress_bar(quiet: bool) -> Iterator[Callable[[str, int, int], None] | Non
     if not show_progress(quiet):
         yield None
         return
+    from rich.progress import Progress  # here: a release command never draws a bar
+
     with Progress(console=stderr_console(), transient=True) as bar:
         tasks: dict[str, TaskID] = {}
 

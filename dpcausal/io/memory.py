@@ -16,18 +16,19 @@ Parquet copies).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-
-import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
+from pathlib import Path, PurePath
+from typing import TYPE_CHECKING, Any
 
 from dpcausal.errors import DataError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 LABELS = {"dataframe": Path("<DataFrame>"), "arrow": Path("<Arrow table>")}
 """The labels an in-memory table is registered and named under (in messages: ``<DataFrame>:
@@ -44,28 +45,38 @@ class MemoryTable:
     @property
     def columns(self) -> tuple[str, ...]:
         """The column names (a DataFrame's non-string names as ``str(name)``)."""
-        names = self.data.columns if isinstance(self.data, pd.DataFrame) else \
-            self.data.column_names
+        names = self.data.column_names if _is_arrow_table(self.data) else self.data.columns
         return tuple(str(c) for c in names)
 
     @property
     def n_rows(self) -> int:
         """The number of rows: public, as a file's row count is."""
-        return len(self.data) if isinstance(self.data, pd.DataFrame) else self.data.num_rows
+        return self.data.num_rows if _is_arrow_table(self.data) else len(self.data)
 
     def read(self, columns: list[str]) -> pd.DataFrame:
         """``columns`` (unique, present: the caller has checked) as a new DataFrame with the types a
         file gives: each column goes through Arrow as a file's does, so a pandas-only type
         (categorical, nullable integer, mixed objects) arrives as the plain type a file would
         hold, or is refused naming the column (never quoting a cell)."""
+        import pyarrow as pa
+
         arrays = [_column(self, c) for c in columns]
         return pa.Table.from_arrays(arrays, names=list(columns)).to_pandas()
 
 
+def _is_arrow_table(data: Any) -> bool:
+    """Whether ``data`` is a pyarrow Table (without importing pyarrow when nothing has)."""
+    pa = sys.modules.get("pyarrow")
+    return pa is not None and isinstance(data, pa.Table)
+
+
 def _column(table: MemoryTable, name: str) -> pa.ChunkedArray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     data = table.data
     try:
-        if isinstance(data, pd.DataFrame):
+        if not _is_arrow_table(data):  # a pandas DataFrame
             position = [str(c) for c in data.columns].index(name)
             col = pa.chunked_array([pa.Array.from_pandas(data.iloc[:, position])])
         else:
@@ -104,14 +115,24 @@ def registered(table: MemoryTable) -> Iterator[Path]:
 def as_memory_table(data: Any) -> MemoryTable | None:
     """``data`` as an in-memory table: a pandas DataFrame, a pyarrow Table, or any object with the
     Arrow C stream interface (``__arrow_c_stream__``: polars, DuckDB results...); None for
-    anything else (a path)."""
-    if isinstance(data, pd.DataFrame):
+    anything else (a path).
+
+    A path (or None) is answered without importing pandas or pyarrow: a caller holding a
+    DataFrame or an Arrow table has imported its library already, so only then is it checked
+    against.
+    """
+    if data is None or isinstance(data, str | PurePath):
+        return None
+    pd = sys.modules.get("pandas")
+    if pd is not None and isinstance(data, pd.DataFrame):
         if isinstance(data.columns, pd.MultiIndex):
             raise DataError(f"{LABELS['dataframe']}: the DataFrame has MultiIndex columns; "
                             "flatten them to one name per column", file=LABELS["dataframe"])
         return MemoryTable(LABELS["dataframe"], data)
-    if isinstance(data, pa.Table):
+    if _is_arrow_table(data):
         return MemoryTable(LABELS["arrow"], data)
     if hasattr(data, "__arrow_c_stream__"):
+        import pyarrow as pa
+
         return MemoryTable(LABELS["arrow"], pa.table(data))
     return None

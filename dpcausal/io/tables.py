@@ -9,19 +9,20 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
-
-import pandas as pd
-import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Literal
 
 from dpcausal.errors import DataError
 from dpcausal.io import memory
+from dpcausal.io.csv_scan import scan_csv
 from dpcausal.io.magic import check_csv_bytes
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 TableFormat = Literal["csv", "parquet"]
 
@@ -87,7 +88,7 @@ def safe_reason(exc: Exception) -> str:
     if "checksum verification failed" in str(exc):
         return ("a Parquet page failed its checksum: the file is corrupted (restore it from its "
                 "source, or rewrite it)")
-    if isinstance(exc, OSError) and not isinstance(exc, pa.ArrowInvalid):
+    if isinstance(exc, OSError) and not _is_arrow_invalid(exc):
         return exc.strerror or type(exc).__name__
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if "CSV parse error" in text or "columns, got" in text:
@@ -164,26 +165,42 @@ def inspect_table(path: Path | None, what: str = "data file") -> TableInfo:
         else:
             stamps = (FileStamp(p.resolve(), file_identity(p)),)
             check_csv_bytes(p)
-            reader = pacsv.open_csv(p)
-            columns = tuple(reader.schema.names)
-            n_rows = 0
-            first = columns[0] if columns else None
-            if first is not None:
-                n_rows = pacsv.read_csv(
-                    p, convert_options=pacsv.ConvertOptions(
-                        include_columns=[first], column_types={first: pa.string()}
-                    )
-                ).num_rows
-    except (pa.ArrowInvalid, OSError) as exc:
+            columns, n_rows = scan_csv(p) or _inspect_csv_pyarrow(p)
+    except Exception as exc:
+        if not (isinstance(exc, OSError) or _is_arrow_invalid(exc)):
+            raise
         raise DataError(f"{p}: cannot read the {what}: {safe_reason(exc)}", file=p) from exc
     if n_rows == 0:
         raise DataError(f"{p}: the {what} has no rows", file=p)
     return TableInfo(p, fmt, columns, int(n_rows), stamps)
 
 
+def _inspect_csv_pyarrow(path: Path) -> tuple[tuple[str, ...], int]:
+    """Column names and row count of a CSV file as pyarrow parses it (the files
+    :func:`dpcausal.io.csv_scan.scan_csv` leaves to it: quoted fields, ragged lines...)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    columns = tuple(pacsv.open_csv(path).schema.names)
+    if not columns:
+        return columns, 0
+    first = columns[0]
+    return columns, pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
+        include_columns=[first], column_types={first: pa.string()})).num_rows
+
+
+def _is_arrow_invalid(exc: BaseException) -> bool:
+    """Whether ``exc`` is a ``pyarrow.ArrowInvalid`` (asked without importing pyarrow: nothing
+    can raise one before it is imported)."""
+    pa = sys.modules.get("pyarrow")
+    return pa is not None and isinstance(exc, pa.ArrowInvalid)
+
+
 def _parquet_stamp(path: Path) -> FileStamp:
     """A Parquet file's identity, footer row count and schema (the identity taken first, so a
     rewrite after it shows as a change)."""
+    import pyarrow.parquet as pq
+
     identity = file_identity(path)
     meta = pq.ParquetFile(path)
     return FileStamp(Path(path).resolve(), identity, int(meta.metadata.num_rows),
@@ -278,6 +295,10 @@ def check_columns(info: TableInfo, columns: list[str], role: str = "") -> None:
 
 def read_table(path: Path | None, columns: list[str], what: str = "data file") -> pd.DataFrame:
     """Read only ``columns`` of ``path`` into a DataFrame (in the file's row order)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
     info = inspect_table(path, what)
     check_columns(info, columns)
     cols = list(dict.fromkeys(columns))
@@ -324,6 +345,9 @@ def csv_column_types(path: Path, columns: list[str], block_size: int = CSV_BLOCK
     hexadecimal integers, is read as text here (a method reading it as numbers then refuses it
     on the engine).
     """
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
     try:
         names = list(pacsv.open_csv(path).schema.names)
     except (pa.ArrowInvalid, OSError) as exc:  # it read fine at inspection: it changed since

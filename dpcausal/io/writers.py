@@ -7,14 +7,13 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from dpcausal.errors import OutputError
 from dpcausal.io.durable import fsync_dir
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def json_bytes(obj: Any) -> bytes:
@@ -29,6 +28,9 @@ def csv_bytes(frame: pd.DataFrame) -> bytes:
 
 def parquet_bytes(frame: pd.DataFrame) -> bytes:
     """Parquet (zstd) without the pandas index."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     buf = io.BytesIO()
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), buf, compression="zstd")
     return buf.getvalue()

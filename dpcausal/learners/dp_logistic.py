@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import expit, log_expit
 
 from dpcausal.learners.dp_features import BoxFeatures
 from dpcausal.learners.rounding import LogisticAccuracy, block_total, damped_newton
@@ -31,7 +30,9 @@ class PropensityModel:
 
     def predict(self, x: npt.ArrayLike) -> FloatArray:
         """π̂ at the rows of ``x`` (raw covariates), clipped to [κ, 1 − κ] (post-processing)."""
-        p = expit(self.features.transform(x) @ self.theta)
+        from scipy import special
+
+        p = special.expit(self.features.transform(x) @ self.theta)
         return np.clip(p, self.clip, 1.0 - self.clip)
 
 
@@ -53,7 +54,9 @@ def armijo_accepts(cval: float, val: float, t: float, slope: float) -> bool:
 def grad_hess_sums(xt: FloatArray, a: FloatArray, theta: FloatArray
                    ) -> tuple[FloatArray, FloatArray]:
     """(Σ (σ(θᵀx̃_i) − A_i) x̃_i, Σ σ(1 − σ) x̃_i x̃_iᵀ) over the rows of one block."""
-    p = expit(xt @ theta)
+    from scipy import special
+
+    p = special.expit(xt @ theta)
     return xt.T @ (p - a), (xt * (p * (1 - p))[:, None]).T @ xt
 
 
@@ -89,11 +92,13 @@ def newton_logistic(grad_hess: GradHess, line_search: LineSearch, *, d: int, m: 
 def fit_logistic(xt: FloatArray, a: FloatArray, l2: float) -> FloatArray:
     """θ̂ = argmin (1/m) Σ [log(1 + e^{θᵀx̃}) − A θᵀx̃] + (l2/2)‖θ‖² by damped Newton, to the
     public certificate of :func:`accuracy`."""
+    from scipy import special
+
     m, d = xt.shape
 
     def obj(t: FloatArray) -> float:
         z = xt @ t
-        loss = -np.where(a > 0.5, log_expit(z), log_expit(-z))
+        loss = -np.where(a > 0.5, special.log_expit(z), special.log_expit(-z))
         return float(loss.mean()) + 0.5 * l2 * float(t @ t)
 
     def grad_hess(theta: FloatArray) -> tuple[FloatArray, FloatArray]:

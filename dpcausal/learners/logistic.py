@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import expit, log_expit
 
 from dpcausal.learners.rounding import LogisticAccuracy, block_total, damped_newton
 
@@ -26,7 +25,9 @@ class LogisticFit:
 
     def predict(self, xt: FloatArray) -> FloatArray:
         """ê(x) = clip_[ζ, 1−ζ](σ(θᵀx̃)): P(A = treated | x)."""
-        return np.clip(expit(xt @ self.theta), self.zeta, 1.0 - self.zeta)
+        from scipy import special
+
+        return np.clip(special.expit(xt @ self.theta), self.zeta, 1.0 - self.zeta)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (a public model file, for fits on public data only)."""
@@ -45,12 +46,14 @@ def logistic_sums(xt: FloatArray, a: FloatArray, theta: FloatArray
     rounded (``block_total``: the gradient accuracy the certificate assumes). Summable over
     disjoint row blocks (an engine's partitions, added by ``exact_total``), so in-memory and
     engine fits solve the same problem."""
+    from scipy import special
+
 
     def block(rows: slice) -> tuple[float, FloatArray, FloatArray]:
         xb, ab = xt[rows], a[rows]
         z = xb @ theta
-        loss = -np.where(ab > 0.5, log_expit(z), log_expit(-z))
-        s = expit(z)
+        loss = -np.where(ab > 0.5, special.log_expit(z), special.log_expit(-z))
+        s = special.expit(z)
         return float(loss.sum()), xb.T @ (s - ab), (xb * (s * (1.0 - s))[:, None]).T @ xb
 
     return block_total(block, xt.shape[0])

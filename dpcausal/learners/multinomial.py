@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import log_softmax, softmax
 
 from dpcausal.learners.rounding import (
     MAX_GUARANTEED_STEPS,
@@ -37,10 +36,12 @@ class MultinomialFit:
     zeta: float
 
     def predict(self, xt: FloatArray) -> FloatArray:
-        """ê(x) = C_ζ(softmax(Θx̃)) = (1 − Kζ)·softmax(Θx̃) + ζ: an n × K matrix of
+        """ê(x) = C_ζ(special.softmax(Θx̃)) = (1 − Kζ)·special.softmax(Θx̃) + ζ: an n × K matrix of
         propensities, each in [ζ, 1 − (K − 1)ζ], rows summing to one."""
+        from scipy import special
+
         k = self.theta.shape[0]
-        return (1.0 - k * self.zeta) * softmax(xt @ self.theta.T, axis=1) + self.zeta
+        return (1.0 - k * self.zeta) * special.softmax(xt @ self.theta.T, axis=1) + self.zeta
 
 
 def multinomial_sums(xt: FloatArray, codes: npt.NDArray[np.intp], arms: int, theta: FloatArray
@@ -51,13 +52,15 @@ def multinomial_sums(xt: FloatArray, codes: npt.NDArray[np.intp], arms: int, the
     loss_i = log Σ_k e^{z_ik} − z_{i,A_i} with z_i = Θx̃_i; gradient (p_i − e_{A_i}) ⊗ x̃_i;
     Hessian (diag p_i − p_i p_iᵀ) ⊗ x̃_i x̃_iᵀ. Summed in blocks added exactly rounded
     (``block_total``), as the certificate's rounding allowance assumes."""
+    from scipy import special
+
     p = xt.shape[1]
     th = theta.reshape(arms, p)
 
     def block(rows: slice) -> tuple[float, FloatArray, FloatArray]:
         xb, ab = xt[rows], codes[rows]
         z = xb @ th.T
-        logp = log_softmax(z, axis=1)
+        logp = special.log_softmax(z, axis=1)
         prob = np.exp(logp)
         loss = -float(np.take_along_axis(logp, ab[:, None], axis=1).sum())
         resid = prob.copy()

@@ -28,8 +28,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from scipy import special
-
 Family = Literal["laplace", "gaussian", "pure", "claim"]
 
 PLD_INTERVAL = 1e-4
@@ -38,6 +36,8 @@ PLD_INTERVAL = 1e-4
 
 def gaussian_delta(mu: float, epsilon: float) -> float:
     """δ(ε) of N(0, 1) vs N(μ, 1): Φ(μ/2 − ε/μ) − e^ε Φ(−μ/2 − ε/μ) (Balle & Wang 2018, Thm 8)."""
+    from scipy import special
+
     if mu <= 0.0:
         return 0.0
     return max(0.0, float(special.ndtr(mu / 2 - epsilon / mu)

@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special
 
 from dpcausal.accounting.events import PrivacyEvent, check_noise_scale
 from dpcausal.mechanisms._checks import check_epsilon, check_sensitivity
@@ -79,6 +78,8 @@ class ExponentialMechanism:
     def selection_loss(noise_scale: float, a: npt.ArrayLike, b: npt.ArrayLike) -> float:
         """The exact loss max_k |log p_k − log p′_k| between utility vectors ``a`` and ``b`` at
         Gumbel scale T (for the audit: tighter than :meth:`noise_curve` for a given pair)."""
+        from scipy import special
+
         ua = np.asarray(a, dtype=np.float64) / noise_scale
         ub = np.asarray(b, dtype=np.float64) / noise_scale
         la = ua - special.logsumexp(ua)

@@ -34,9 +34,11 @@ import math
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special
 
 from dpcausal.accounting.events import PrivacyEvent
+
+UNIT = 2.0 ** -53
+"""The unit roundoff of float64."""
 
 
 def check_alpha(alpha: float) -> None:
@@ -59,6 +61,8 @@ def laplace_halfwidth(scale: float, alpha: float) -> float:
 
 def gaussian_halfwidth(sigma: float, alpha: float) -> float:
     """h with P(|Z| ≤ h) = 1 − α for Z ~ N(0, σ²): h = σ·z_{1−α/2}."""
+    from scipy import special
+
     check_alpha(alpha)
     _check_scale(sigma)
     return sigma * float(special.ndtri(1.0 - alpha / 2.0))
@@ -129,6 +133,8 @@ def laplace_sum_halfwidth(scales: npt.ArrayLike, alpha: float) -> float:
 
 def l2_laplace_projection_tail(t: float, dim: int, scale: float) -> float:
     """P(|R·u₁| > t) for R ~ Gamma(dim, scale) and u uniform on the unit sphere S^{dim−1}."""
+    from scipy import special
+
     _check_scale(scale)
     if t <= 0.0:
         return 1.0
@@ -167,6 +173,8 @@ def l2_laplace_projection_halfwidth(dim: int, scale: float, alpha: float) -> flo
 
     Multiply by ‖a‖₂ for another functional (rotation invariance); a coordinate has ‖a‖ = 1.
     """
+    from scipy import special
+
     check_alpha(alpha)
     _check_scale(scale)
     if not (isinstance(dim, int | np.integer) and dim >= 1):
@@ -185,14 +193,66 @@ def l2_laplace_projection_halfwidth(dim: int, scale: float, alpha: float) -> flo
 
 
 def l2_laplace_norm_quantile(dim: int, scale: float, level: float) -> float:
-    """The ``level`` quantile of ‖Z‖₂ = R ~ Gamma(dim, scale)."""
+    """The ``level`` quantile of ‖Z‖₂ = R ~ Gamma(dim, scale).
+
+    For an integer ``dim`` up to :data:`ERLANG_MAX_DIM` and ``level`` ≥ ½ (an accuracy report's
+    1 − α) the Erlang quantile is solved here (:func:`erlang_upper_quantile`), so a plan does not
+    import scipy (issue 24); otherwise ``scipy.special.gammaincinv``.
+    """
     check_alpha(level)
     _check_scale(scale)
+    if isinstance(dim, int | np.integer) and 1 <= dim <= ERLANG_MAX_DIM and level >= 0.5:
+        return scale * erlang_upper_quantile(int(dim), 1.0 - level)
+    from scipy import special
+
     return scale * float(special.gammaincinv(dim, level))
+
+
+ERLANG_MAX_DIM = 10_000
+"""Largest integer shape :func:`erlang_upper_quantile` handles (its sum has ``dim`` terms)."""
+
+
+def erlang_upper_tail(dim: int, x: float) -> float:
+    """Q(dim, x) = P(R > x) for R ~ Gamma(dim, 1), integer dim: e^{−x} Σ_{k<dim} x^k/k!, each
+    term formed in logs (no overflow) and added exactly rounded (``math.fsum``)."""
+    if x <= 0.0:
+        return 1.0
+    log_x = math.log(x)
+    return math.fsum(math.exp(k * log_x - x - math.lgamma(k + 1.0)) for k in range(dim))
+
+
+def erlang_upper_quantile(dim: int, tail: float) -> float:
+    """x with Q(dim, x) = ``tail`` ∈ (0, ½] for R ~ Gamma(dim, 1), integer dim: Newton's method
+    safeguarded by bisection on a bracket, to a relative change ≤ 4u (Q is decreasing in x with
+    Q′(x) = −x^{dim−1}e^{−x}/(dim − 1)!). Agrees with ``scipy.special.gammainccinv`` to a few
+    ulps (tested)."""
+    if not 0.0 < tail <= 0.5:
+        raise ValueError(f"tail must be in (0, 0.5], got {tail!r}")
+    lo, hi = 0.0, float(dim)
+    while erlang_upper_tail(dim, hi) > tail:  # Q(dim, dim) ≥ ~½ ≥ tail: expand upwards
+        lo, hi = hi, 2.0 * hi
+    x = 0.5 * (lo + hi)
+    for _ in range(200):
+        f = erlang_upper_tail(dim, x) - tail
+        if f > 0.0:
+            lo = x
+        else:
+            hi = x
+        slope = -math.exp((dim - 1.0) * math.log(x) - x - math.lgamma(float(dim)))
+        step = f / slope if slope < 0.0 else math.inf
+        new = x - step
+        if not lo < new < hi:  # Newton left the bracket: bisect
+            new = 0.5 * (lo + hi)
+        if abs(new - x) <= 4.0 * UNIT * abs(x) or hi - lo <= 4.0 * UNIT * hi:
+            return new
+        x = new
+    return x
 
 
 def gaussian_norm_quantile(dim: int, sigma: float, level: float) -> float:
     """The ``level`` quantile of ‖Z‖₂ for Z ~ N(0, σ² I_dim): σ·sqrt(χ²_dim quantile)."""
+    from scipy import special
+
     check_alpha(level)
     _check_scale(sigma)
     return sigma * math.sqrt(2.0 * float(special.gammaincinv(dim / 2.0, level)))  # χ²_dim

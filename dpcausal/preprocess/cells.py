@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from dpcausal.errors import DataError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
@@ -45,6 +47,8 @@ def text_missing(text: pd.Series) -> BoolArray:
 def numbers(col: pd.Series) -> tuple[FloatArray, BoolArray, BoolArray]:
     """``(values, missing, non_numeric)`` of a column as float64: a missing or non-numeric cell is
     NaN in ``values`` and flagged in its mask (infinite values stay, as ±inf)."""
+    import pandas as pd
+
     if is_number_column(col):
         x = col.to_numpy(dtype=np.float64, copy=True)
         return x, np.isnan(x), np.zeros(len(x), dtype=bool)
@@ -61,6 +65,8 @@ def numbers(col: pd.Series) -> tuple[FloatArray, BoolArray, BoolArray]:
 def label_matches(col: pd.Series, label: Any) -> BoolArray:
     """Where ``col`` holds ``label``: numbers compare as numbers, anything else as text (a text
     label never matches a number column)."""
+    import pandas as pd
+
     if pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
         if is_number(label):
             return np.asarray((col == label).to_numpy(dtype=bool, na_value=False))
@@ -74,6 +80,8 @@ def level_codes(col: pd.Series, levels: Sequence[Any], texts: Sequence[str]
     missing. Number columns compare with the numeric levels as numbers; text columns with every
     level's text (``texts``), exactly. A missing cell is one that matches no level and is null or
     a :data:`NULL_TOKENS` text."""
+    import pandas as pd
+
     n = len(col)
     if pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
         code = np.full(n, -1, dtype=np.int64)

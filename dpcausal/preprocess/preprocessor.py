@@ -27,10 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from dpcausal.errors import DataError, SpecError
 from dpcausal.preprocess import cells
@@ -42,6 +41,9 @@ from dpcausal.preprocess.rules import (
     source_columns,
 )
 from dpcausal.spec.preprocess import level_text
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 NUMERIC_FIX = ("dpcausal never drops rows: fix or remove them before the run (a rule that "
                "depends only on each row itself, applied to every row)")
@@ -230,6 +232,8 @@ class Preprocessor:
     def transform(self, frame: pd.DataFrame) -> pd.DataFrame:
         """``frame`` with the model columns (raw columns kept; a numeric column with a fill
         value replaced by its filled values). Assumes :meth:`problems` found none."""
+        import pandas as pd
+
         if all(s.plain for s in self.sources) and not self.interactions:
             return frame
         values: dict[str, Any] = {}

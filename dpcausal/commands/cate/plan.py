@@ -26,6 +26,7 @@ from dpcausal.commands.cate.setup import (
     CateSetup,
     build_setup,
     noise_factor,
+    query_count,
     query_points,
 )
 from dpcausal.commands.cate.spec import CateSpec
@@ -56,8 +57,7 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
     if sec.multi_arm and spec.engine is not None:
         raise SpecError("cate.arms: K ≥ 3 arms run in memory only for now; remove the engine "
                         "section (and --engine)", field="engine")
-    queries = query_points(spec, setup, side)
-    d = len(queries)
+    d = query_count(spec, setup, side)
     prop, out = (arm_nuisance_learners(spec, setup) if sec.multi_arm
                  else nuisance_learners(spec, setup))
     for field, problem in (("propensity_l2", prop.problem()), ("outcome_l2", out.problem())):
@@ -72,7 +72,8 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
                             "centred_outcome_bound": out.half_range})]
     query_source: dict[str, Any] = (
         {"file": str(sec.queries), "rows": d, "sha256_of_covariates_csv": hashlib.sha256(
-            queries[list(setup.covariates)].to_csv(index=False).encode()).hexdigest()}
+            query_points(spec, setup, side)[list(setup.covariates)].to_csv(index=False).encode()
+        ).hexdigest()}
         if sec.queries is not None else {"grid": sec.grid.model_dump() if sec.grid else None,
                                          "rows": d})
     details: dict[str, Any] = {"mode": sec.mode, "learner": sec.learner, "queries": d,

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.intervals import band_wider_than_range, draw_band
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from dpcausal.commands.cate.plot import plot_png
 from dpcausal.commands.cate.setup import CateSetup, grid_axes, rff_features
@@ -14,6 +13,9 @@ from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.intervals import clamp, interval_bounds
 from dpcausal.mechanisms.noise_law import gaussian_halfwidth
 from dpcausal.method import Release
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from dpcausal.commands.cate.krr_accuracy import KrrAccuracy
 from dpcausal.commands.cate.rff import FourierFeatures
@@ -20,6 +20,9 @@ from dpcausal.frames import numeric_column
 from dpcausal.learners.dp_features import BoxFeatures
 from dpcausal.learners.rounding import cholesky_completes, gamma
 from dpcausal.method import SideInput
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 MIN_N_FUNCTION = 20
@@ -236,8 +239,41 @@ def noise_factor(spec: CateSpec, setup: CateSetup) -> float:
     return max(1.0, setup.printed_factor)
 
 
-def query_points(spec: CateSpec, setup: CateSetup, side: dict[str, Any]) -> pd.DataFrame:
+def _grid(spec: CateSpec, setup: CateSetup) -> tuple[list[str], int]:
+    """The covariates the grid varies and its points per axis; refuses a bad grid."""
+    grid = spec.cate.grid
+    assert grid is not None
+    names = list(setup.covariates)
+    vary = grid.vary if grid.vary is not None else (names if len(names) <= 2 else None)
+    if vary is None:
+        raise SpecError("cate.grid.vary: with more than 2 covariates, name the 1 or 2 the grid "
+                        "varies (the others are held at cate.grid.fixed or the box middle)")
+    unknown = [v for v in [*vary, *grid.fixed] if v not in names]
+    if unknown:
+        raise SpecError(f"cate.grid: {', '.join(unknown)} not in data.columns.covariates")
+    return list(vary), grid.points if grid.points is not None else (101 if len(vary) == 1 else 41)
+
+
+def _check_count(d: int) -> int:
+    if d > MAX_QUERIES:
+        raise SpecError(f"cate: {d} query points; at most {MAX_QUERIES} per release "
+                        "(fewer grid points, or split the query file)")
+    return d
+
+
+def query_count(spec: CateSpec, setup: CateSetup, side: Mapping[str, Any]) -> int:
+    """The number of query points, with the checks of :func:`query_points`; a grid's is counted
+    without building it (a dry run imports no pandas for it)."""
+    if spec.cate.queries is not None:
+        return len(query_points(spec, setup, side))
+    vary, pts = _grid(spec, setup)
+    return _check_count(pts ** len(vary))
+
+
+def query_points(spec: CateSpec, setup: CateSetup, side: Mapping[str, Any]) -> pd.DataFrame:
     """The public query table (file rows, or the grid over the box); refuses bad query files."""
+    import pandas as pd
+
     sec = spec.cate
     names = list(setup.covariates)
     if sec.queries is not None:
@@ -254,26 +290,16 @@ def query_points(spec: CateSpec, setup: CateSetup, side: dict[str, Any]) -> pd.D
         out = frame.reset_index(drop=True)
     else:
         assert sec.grid is not None
-        grid = sec.grid
-        vary = grid.vary if grid.vary is not None else (names if len(names) <= 2 else None)
-        if vary is None:
-            raise SpecError("cate.grid.vary: with more than 2 covariates, name the 1 or 2 the grid "
-                            "varies (the others are held at cate.grid.fixed or the box middle)")
-        unknown = [v for v in [*vary, *grid.fixed] if v not in names]
-        if unknown:
-            raise SpecError(f"cate.grid: {', '.join(unknown)} not in data.columns.covariates")
-        pts = grid.points if grid.points is not None else (101 if len(vary) == 1 else 41)
+        vary, pts = _grid(spec, setup)
         axes = [np.linspace(*setup.box_bounds(v), pts) for v in vary]
         mesh = np.meshgrid(*axes, indexing="ij")
         out = pd.DataFrame({v: m.ravel() for v, m in zip(vary, mesh, strict=True)})
         for c in names:
             if c not in vary:
                 lo, hi = setup.box_bounds(c)
-                out[c] = grid.fixed.get(c, 0.5 * (lo + hi))
+                out[c] = sec.grid.fixed.get(c, 0.5 * (lo + hi))
         out = out[names]
-    if len(out) > MAX_QUERIES:
-        raise SpecError(f"cate: {len(out)} query points; at most {MAX_QUERIES} per release "
-                        "(fewer grid points, or split the query file)")
+    _check_count(len(out))
     return out
 
 

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from dpcausal.errors import DataError
 from dpcausal.preprocess.cells import label_matches
 from dpcausal.spec.arms import MultiArms
 from dpcausal.spec.base import BinaryArms
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def treated_mask(col: pd.Series, arms: BinaryArms | MultiArms, *, path: Path | str | None, column: str,

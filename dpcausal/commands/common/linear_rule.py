@@ -15,16 +15,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from dpcausal.commands.common.rule_intervals import RuleNoise, add_margin_columns
 from dpcausal.errors import DataError
 from dpcausal.frames import numeric_matrix
 from dpcausal.learners.dp_features import unit_ball_scale
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -256,6 +258,8 @@ def apply_linear_rule(doc: Any, frame: pd.DataFrame, path: Path | None,
     An invalid rule is blamed on ``rule_path`` (the ``--apply`` file), a missing or bad column on
     ``path`` (the rows scored).
     """
+    import pandas as pd
+
     fmap, theta, arms = load_linear_rule(doc, Path(str(rule_path or path)), command)
     missing = [c for c in fmap.names if c not in frame.columns]
     if missing:

@@ -17,14 +17,16 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from dpcausal.accounting.plan import IntervalKind, PredictedAccuracy
 from dpcausal.intervals import draw_error_bars, interval_bounds, interval_record
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -3,9 +3,10 @@ release."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.owl.privacy import mechanism
@@ -15,6 +16,9 @@ from dpcausal.commands.owl.spec import OwlSpec
 from dpcausal.mechanisms import NoiseGuard
 from dpcausal.method import Release
 from dpcausal.solvers.erm import solve_weighted_erm
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.owl.penalty import (
@@ -21,6 +20,9 @@ from dpcausal.commands.owl.setup import build_setup
 from dpcausal.commands.owl.spec import OwlSpec, PropensityColumn
 from dpcausal.commands.owl.tune import tune_gamma
 from dpcausal.errors import SpecError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def plan(spec: OwlSpec, n_rows: int, side: dict[str, pd.DataFrame], *,

@@ -4,11 +4,10 @@ saved rule to new rows (post-processing)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.accounting.plan import PrivacyPlan
@@ -24,6 +23,9 @@ from dpcausal.commands.owl.setup import OwlSetup
 from dpcausal.commands.owl.spec import OwlSpec
 from dpcausal.mechanisms.noise_law import event_halfwidth, law_label
 from dpcausal.method import Release
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from dpcausal.commands.common.arms import treated_mask
 from dpcausal.commands.common.columns import ArmColumns
@@ -20,6 +20,9 @@ from dpcausal.method import SideInput
 from dpcausal.numerics import UNIT_ROUNDOFF
 from dpcausal.solvers.erm import HuberHinge
 from dpcausal.solvers.erm_accuracy import ERMAccuracy
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 ETA_SHARE = 1e-4

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from dpcausal.commands.owl.estimate import fit_nonprivate
 from dpcausal.commands.owl.privacy import mechanism
 from dpcausal.commands.owl.setup import OwlSetup, Prepared, prepare
 from dpcausal.commands.owl.spec import OwlSpec, TuneSpec
 from dpcausal.errors import SpecError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def tune_gamma(spec: OwlSpec, setup: OwlSetup, public: pd.DataFrame, *, n: int,

@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from scipy.special import expit
 
 from dpcausal.accounting.events import MAX_NOISE_SCALE
 from dpcausal.learners import (
@@ -52,6 +51,7 @@ from dpcausal.learners import (
     certify_spillover,
 )
 from dpcausal.mechanisms.noise_law import exponential_utility_gap, laplace_halfwidth
+from dpcausal.numerics import expit
 
 GRID = tuple(float(v) for v in 10.0 ** np.arange(-4.0, 3.001, 0.25))
 """The candidate penalties of the total-error rule: 10⁻⁴ to 10³ in steps of 10^¼."""
@@ -103,7 +103,7 @@ def effective_ranges(ridge: CertifiedRidge, logistic: CertifiedLogistic, p: Pena
     mu = (lo, hi) if lo < hi else p.mu_bounds
     acc = logistic.accuracy(p.m, p.d)
     logit = rx * (math.sqrt(2.0 * math.log(2.0) / logistic.lam) + acc.distance)
-    zeta = min(0.5, max(p.zeta, float(expit(-logit))))
+    zeta = min(0.5, max(p.zeta, expit(-logit)))
     return zeta, mu
 
 

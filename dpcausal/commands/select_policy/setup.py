@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from dpcausal.accounting.events import check_noise_scale
 from dpcausal.commands.common import row_split
@@ -31,6 +30,9 @@ from dpcausal.frames import numeric_column
 from dpcausal.learners import SpilloverCertificate, UnitBoxFeatures
 from dpcausal.learners.certificate import score_bounds
 from dpcausal.method import SideInput
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 STAGE_CHOICE = "select_policy.choice"

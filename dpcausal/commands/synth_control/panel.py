@@ -12,14 +12,16 @@ import datetime as dt
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from dpcausal.commands.synth_control.spec import SynthControlSpec
 from dpcausal.errors import DataError, MissingBoundsError, SpecError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 MAX_NAMED = 3
@@ -38,6 +40,8 @@ def unit_key(value: Any) -> str:
 
 def _plain(value: Any) -> Any:
     """A JSON-able form of a unit id or time value."""
+    import pandas as pd
+
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, pd.Timestamp | dt.date | dt.datetime):
@@ -147,6 +151,8 @@ class PanelLayout:
 
 def _pre_mask(spec: SynthControlSpec, times: pd.Series, path: Path | None) -> npt.NDArray[np.bool_]:
     """times < treatment_time, with a clear error when the types cannot be compared."""
+    import pandas as pd
+
     t_star = spec.synth_control.treatment_time
     col = spec.data.columns.time
     if pd.api.types.is_datetime64_any_dtype(times):
@@ -176,6 +182,8 @@ def _pre_mask(spec: SynthControlSpec, times: pd.Series, path: Path | None) -> np
 
 
 def _sorted_times(values: pd.Series, path: Path | None, col: str) -> pd.Series:
+    import pandas as pd
+
     if values.isna().any():
         raise DataError(
             f"{path}: column '{col}' (time) has missing values; every row needs a period")
@@ -188,6 +196,8 @@ def build_layout(spec: SynthControlSpec, frame: pd.DataFrame, path: Path | None)
     Refuses a missing target or donor, an unbalanced panel (naming the unit and period), duplicate
     cells, and T0 < 1 or no post period.
     """
+    import pandas as pd
+
     sec = spec.synth_control
     cols = panel_columns(spec)
     if isinstance(cols, LongColumns):
@@ -270,6 +280,8 @@ def value_matrix(spec: SynthControlSpec, layout: PanelLayout, frame: pd.DataFram
 
     Refuses non-numeric and missing cells, naming the unit and period.
     """
+    import pandas as pd
+
     cols = panel_columns(spec)
     times = pd.Series(layout.times)
     if isinstance(cols, LongColumns):
@@ -299,6 +311,8 @@ def _numeric(series: pd.Series, path: Path | None, column: str, labels: list[Any
              unit_idx: npt.NDArray[np.int64], times: pd.Series,
              time_idx: npt.NDArray[np.int64]) -> FloatArray:
     """Float values of ``series``; errors name the unit and period of the first bad cell."""
+    import pandas as pd
+
     s = series.astype("float64") if pd.api.types.is_bool_dtype(series) else series
     arr = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     was_missing = series.isna().to_numpy()

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from dpcausal.accounting.plan import PredictedAccuracy, PrivacyPlan
 from dpcausal.commands.synth_control import dpsc, ridge_penalty
@@ -19,6 +18,9 @@ from dpcausal.commands.synth_control.setup import (
     check_mode,
 )
 from dpcausal.commands.synth_control.spec import SynthControlSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def plan(spec: SynthControlSpec, n_rows: int, side: dict[str, pd.DataFrame], *,

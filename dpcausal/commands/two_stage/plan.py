@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.two_stage.calibration import calibrate, noise_to_signal
@@ -26,6 +25,9 @@ from dpcausal.errors import DataError, PrivacyError, SpecError, UncertifiedModeE
 from dpcausal.learners.rounding import cholesky_completes
 from dpcausal.learners.rounding import gamma as rounding_gamma
 from dpcausal.mechanisms import ObjectivePerturbation
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 STAGE1_FALLBACK = ("uniform weights (w = 1) if the stage-1 program is infeasible or its solve "
                    "fails; the bound in use holds for any weights, so nothing is refused")

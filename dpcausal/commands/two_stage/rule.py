@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.common.linear_rule import (
@@ -21,6 +20,9 @@ from dpcausal.commands.two_stage.setup import M_X, TwoStageSetup
 from dpcausal.commands.two_stage.spec import TwoStageSpec
 from dpcausal.mechanisms.noise_law import event_norm_quantile, objective_perturbation_bound
 from dpcausal.method import Release
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 

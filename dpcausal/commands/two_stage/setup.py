@@ -6,10 +6,10 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from dpcausal.commands.common.arms import treated_mask
 from dpcausal.commands.common.columns import ArmColumns
@@ -18,6 +18,9 @@ from dpcausal.commands.two_stage.spec import MmdSection, TwoStageSpec
 from dpcausal.errors import MissingBoundsError, SpecError
 from dpcausal.frames import numeric_column, same_file
 from dpcausal.method import SideInput
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 M_X = 1.0
