@@ -203,3 +203,34 @@ def test_streamed_release_equals_the_in_memory_release(monkeypatch: pytest.Monke
     table = rel.tables["cate"]
     sq = setup.box.unit(table[["x0", "x1"]].to_numpy())
     assert np.allclose(streamed, feats.transform(sq) @ weights, rtol=0, atol=1e-9)
+
+
+def test_kept_margins_and_worker_count_change_no_weight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: a pass reuses the margins Zv of the previous pass (same features, same product)
+    and shares its blocks out to Z_THREADS workers; neither changes the solve beyond rounding,
+    and reusing the margins changes nothing at all."""
+    rng = np.random.default_rng(31)
+    n = 2003
+    feats = FourierFeatures.draw(3, 40, 0.5, seed=32)
+    s = rng.uniform(size=(n, 3))
+    rho, phi = rng.uniform(0.05, 0.9, n), 3.0 * rng.standard_cauchy(n)
+
+    def fit() -> np.ndarray:
+        return fit_rff_streaming(feats, s, rho, phi, lam0=0.01, huber_c=1.5,
+                                 accuracy=FixedTol(1e-11), rows=97, cache_mb=0.1).w
+
+    calls: list[bool] = []
+    real = cate_rff.FeatureCache.margins_at
+
+    def spy(self: cate_rff.FeatureCache, key: tuple[int, int], w: np.ndarray) -> np.ndarray | None:
+        out = real(self, key, w)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(cate_rff.FeatureCache, "margins_at", spy)
+    reused = fit()
+    assert any(calls)  # some full steps reused the kept margins
+    monkeypatch.setattr(cate_rff.FeatureCache, "margins_at", lambda self, key, w: None)
+    assert np.array_equal(fit(), reused)
+    monkeypatch.setattr(cate_rff, "Z_THREADS", 1)
+    assert np.allclose(fit(), reused, rtol=0, atol=1e-12)

@@ -64,13 +64,13 @@ def test_engine_rff_solver_equals_the_in_memory_solver_with_damped_steps(
     acc = _accuracy(feats, n, lam0, 2.0 * c)
     ref = fit_rff_streaming(feats, s, rho, phi, lam0=lam0, huber_c=c, accuracy=acc)
     signs: list[float] = []
-    real = cate_rff._add_gram_upper
+    real = cate_rff._add_gram
 
     def spy(acc: np.ndarray, z: np.ndarray, w: np.ndarray, sign: float) -> None:
         signs.append(sign)
         real(acc, z, w, sign)
 
-    monkeypatch.setattr(cate_rff, "_add_gram_upper", spy)
+    monkeypatch.setattr(cate_rff, "_add_gram", spy)
     engine = _batches(s, rho, phi)
     fit = solve_rff(engine, feats, n=n, lam0=lam0, huber_c=c, accuracy=acc, rows=37)
     np.testing.assert_allclose(fit.w, ref.w, rtol=0, atol=1e-9)

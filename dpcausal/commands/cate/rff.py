@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,15 +29,17 @@ import numpy.typing as npt
 
 from dpcausal.commands.cate.krr import huber_derivative, huber_value
 from dpcausal.commands.cate.rff_accuracy import RffAccuracy
-from dpcausal.numerics import block_total, exact_total
+from dpcausal.numerics import SUM_CHUNK, exact_total
 from dpcausal.solvers.backend import Backend, InMemory
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 BLOCK_BYTES = 32 * 2**20
 """Target size of one block of feature rows (rows per block = BLOCK_BYTES / (8·2m), at least 256)."""
-CACHE_MB = 2048
-"""In memory, feature blocks kept between passes (the rest are recomputed each pass)."""
+CACHE_MB = 4096
+"""In memory, feature blocks kept between passes (the rest are recomputed each pass): 4 GB keeps
+every block of 500,000 second-half rows (1,000,000 rows) at the default 2m = 1,000 features, so
+their cos/sin are computed once (issue 24)."""
 Z_THREADS = 2
 """Threads computing feature blocks ahead of the one being summed."""
 T_GRID: FloatArray = 0.5 ** np.arange(28, dtype=np.float64)
@@ -82,8 +84,11 @@ class FourierFeatures:
 
 
 def block_rows(p: int) -> int:
-    """Rows per streamed block for p features."""
-    return max(256, BLOCK_BYTES // (8 * p))
+    """Rows per streamed block for p features: ~``BLOCK_BYTES``, a multiple of ``SUM_CHUNK`` when
+    at least that many, so the exact gradient's blocks of ``SUM_CHUNK`` rows lie inside kept
+    feature blocks."""
+    rows = max(256, BLOCK_BYTES // (8 * p))
+    return rows - rows % SUM_CHUNK if rows >= SUM_CHUNK else rows
 
 
 @dataclass(frozen=True)
@@ -95,77 +100,84 @@ class RffFit:
     iterations: int
 
 
-def _add_gram_upper(acc: FloatArray, z: FloatArray, weights: FloatArray, sign: float) -> None:
-    """acc += sign·Zᵀdiag(weights)Z on the upper triangle, in place (BLAS syrk; ``acc`` F-ordered)."""
-    from scipy.linalg import blas  # lazy: planning never solves
-
+def _add_gram(acc: FloatArray, z: FloatArray, weights: FloatArray, sign: float) -> None:
+    """acc += sign·Zᵀdiag(weights)Z, in place. NumPy computes ``zwᵀzw`` by BLAS syrk (one
+    triangle, mirrored) and, unlike SciPy's BLAS wrappers, releases the GIL meanwhile, so the
+    workers of a pass add their blocks' Grams at the same time."""
     zw = z * np.sqrt(weights)[:, None]
-    out = blas.dsyrk(sign, zw.T, beta=1.0, c=acc, trans=0, lower=0, overwrite_c=1)
-    if out is not acc:  # pragma: no cover - BLAS wrapper made a copy
-        acc[...] = out
+    gram = zw.T @ zw
+    if sign > 0:
+        acc += gram
+    else:
+        acc -= gram
 
 
 def add_inside_change(d_hess: FloatArray, z: FloatArray, rho: FloatArray, inside: BoolArray,
                       prev: BoolArray) -> None:
     """d_hess += Σ ρ z zᵀ over the rows that entered the inside set − over those that left it
-    (upper triangle, in place): the change of Z_SᵀW_SZ_S between two iterates."""
+    (in place): the change of Z_SᵀW_SZ_S between two iterates."""
     enter = inside & ~prev
     if enter.all():
-        _add_gram_upper(d_hess, z, rho, 1.0)
+        _add_gram(d_hess, z, rho, 1.0)
         return
     for sel, sign in ((enter, 1.0), (prev & ~inside, -1.0)):
         if sel.any():
-            _add_gram_upper(d_hess, z[sel], rho[sel], sign)
+            _add_gram(d_hess, z[sel], rho[sel], sign)
 
 
 class FeatureCache:
     """The feature blocks of the one in-memory piece, kept between passes up to ``cache_mb`` (ζ's
     cos/sin dominate a pass). An engine's pieces are never cached: a worker may recompute a
-    partition, and nothing per row survives a pass there."""
+    partition, and nothing per row survives a pass there.
+
+    Which blocks are kept is decided by their position alone (the first ones whose bytes fit),
+    never by the order the workers compute them in, so every pass sees the same blocks kept."""
 
     def __init__(self, cache_mb: float) -> None:
         self.cache_mb = cache_mb
         self.blocks: dict[tuple[int, int], FloatArray] = {}
-        self.bytes = 0
+        self.point: FloatArray | None = None
+        """The point v of the last pass, whose margins ``margins`` holds per block."""
+        self.margins: dict[tuple[int, int], FloatArray] = {}
 
-    def get(self, key: tuple[int, int], make: Callable[[], FloatArray]) -> FloatArray:
-        """The block ``key`` = (i0, i1), computed by ``make`` unless kept."""
+    def margins_at(self, key: tuple[int, int], w: FloatArray) -> FloatArray | None:
+        """Zw of block ``key`` when the last pass computed Zv at v equal to ``w`` (the same
+        product of the same kept features: the same numbers), else None."""
+        if self.point is None or not np.array_equal(self.point, w):
+            return None
+        return self.margins.get(key)
+
+    def keeps(self, i1: int, p: int) -> bool:
+        """Whether the block ending at row ``i1`` (all blocks before it kept too) fits."""
+        return i1 * p * 8 <= self.cache_mb * 2**20
+
+    def get(self, key: tuple[int, int], p: int, make: Callable[[], FloatArray]) -> FloatArray:
+        """The block ``key`` = (i0, i1) of ``p`` features, computed by ``make`` unless kept."""
         z = self.blocks.get(key)
         if z is None:
             z = make()
-            if self.bytes + z.nbytes <= self.cache_mb * 2**20:
+            if self.keeps(key[1], p):
                 self.blocks[key] = z
-                self.bytes += z.nbytes
         return z
 
+    def rows(self, i0: int, i1: int) -> FloatArray | None:
+        """The kept features of rows [i0, i1) when one kept block holds them all, else None."""
+        for (b0, b1), z in self.blocks.items():
+            if b0 <= i0 and i1 <= b1:
+                return z[i0 - b0:i1 - b0]
+        return None
 
-def _feature_blocks(feats: FourierFeatures, s: FloatArray, rows: int,
-                    cache: FeatureCache | None) -> Iterator[tuple[int, int, FloatArray]]:
-    """(i0, i1, ζ(s[i0:i1])) in row order; the cos/sin of the next blocks not kept in ``cache`` run
-    in ``Z_THREADS`` threads meanwhile (they dominate a pass; NumPy releases the GIL)."""
-    bounds = [(i, min(i + rows, s.shape[0])) for i in range(0, s.shape[0], rows)]
 
-    def compute(k: int) -> FloatArray:
-        i0, i1 = bounds[k]
-        return feats.transform(s[i0:i1])
-
-    with ThreadPoolExecutor(max_workers=Z_THREADS) as pool:
-        ahead: dict[int, Future[FloatArray]] = {}
-        for k, (i0, i1) in enumerate(bounds):
-            for j in range(k, min(k + Z_THREADS + 1, len(bounds))):
-                if j not in ahead and (cache is None or bounds[j] not in cache.blocks):
-                    ahead[j] = pool.submit(compute, j)
-            if cache is None:
-                z = ahead.pop(k).result()
-            else:
-                future = ahead.pop(k, None)
-                z = cache.get((i0, i1), future.result if future is not None
-                              else functools.partial(compute, k))
-            yield i0, i1, z
+def _block_bounds(n: int, rows: int) -> list[tuple[int, int]]:
+    return [(i, min(i + rows, n)) for i in range(0, n, rows)]
 
 
 def _inside(r: FloatArray, c: float | None) -> BoolArray:
     return np.ones(r.shape[0], dtype=bool) if c is None else np.abs(r) <= c
+
+
+PassStats = tuple[FloatArray, FloatArray, FloatArray]
+"""One worker's sums: (Zᵀ[u, ρℓ′(r)] (p × 2), the Gram delta, the loss sums)."""
 
 
 def rff_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None, w: FloatArray,
@@ -174,32 +186,48 @@ def rff_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None,
              ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """One piece's statistics at the point v = w (``step`` None) or v = w + step.
 
-    Returns (Zᵀu, Zᵀ(ρℓ′(r)), the upper triangle of Σ ±ρ ζζᵀ over the rows entering/leaving the
+    Returns (Zᵀu, Zᵀ(ρℓ′(r)), Σ ±ρ ζζᵀ over the rows entering/leaving the
     inside set relative to the inside set at ``w_in`` (None: no row inside), and the loss sums
     Σ ρ ℓ_c(r)) with r = Zv − φ; with ``step``, the loss sums are Σ ρ ℓ_c(Zw + t·Z·step − φ) for every
     t of ``ts`` (J along the step), else the single sum at v. Every product is computed from
-    scratch for the rows of this piece."""
+    scratch for the rows of this piece.
+
+    The blocks of rows are shared out to ``Z_THREADS`` workers by position (worker k takes the
+    blocks k, k + Z_THREADS, ...), each computing its blocks' features (or taking them from
+    ``cache``) and adding their statistics in block order; the workers' sums are then added in
+    worker order. So the result does not depend on thread timing, and both cores work on a pass
+    (NumPy and BLAS release the GIL; BLAS itself runs one thread on small machines).
+    """
     s, rho, phi = part
     p = feats.dim
     n = s.shape[0]
-    zuv = np.zeros((p, 2))
-    d_hess = np.zeros((p, p), order="F")
     losses = np.zeros(ts.size if step is not None else 1)
     if n == 0:
-        return zuv[:, 0].copy(), zuv[:, 1].copy(), d_hess, losses
+        return np.zeros(p), np.zeros(p), np.zeros((p, p), order="F"), losses
     v = w if step is None else w + step
-    for i0, i1, z in _feature_blocks(feats, s, rows or block_rows(p), cache):
+    bounds = _block_bounds(n, rows or block_rows(p))
+
+    def block_stats(acc: PassStats, i0: int, i1: int) -> None:
+        zuv, d_hess, loss = acc
+        if cache is None:
+            z = feats.transform(s[i0:i1])
+        else:
+            z = cache.get((i0, i1), p, functools.partial(feats.transform, s[i0:i1]))
         ph, rc = phi[i0:i1], rho[i0:i1]
         fv = z @ v  # margins at a point are always this one product (consistent inside sets)
+        if kept is not None:
+            kept[i0, i1] = fv
         r = fv - ph
         f = None
         if step is None:
-            losses[0] += float(rc @ huber_value(r, c))
+            loss[0] += float(rc @ huber_value(r, c))
         else:
-            f = z @ w
+            f = cache.margins_at((i0, i1), w) if cache is not None else None
+            if f is None:
+                f = z @ w
             df = fv - f  # Z·step without a third product
             rt = f[:, None] + df[:, None] * ts[None, :] - ph[:, None]
-            losses += rc @ huber_value(rt, c)
+            loss += rc @ huber_value(rt, c)
         ins = _inside(r, c)
         u = np.where(ins, rc * ph, 0.0 if c is None else -c * rc * np.sign(r))
         zuv += z.T @ np.column_stack([u, rc * huber_derivative(r, c)])
@@ -208,6 +236,30 @@ def rff_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None,
         else:
             prev = _inside((f if f is not None and w_in is w else z @ w_in) - ph, c)
         add_inside_change(d_hess, z, rc, ins, prev)
+
+    def worker(k: int) -> PassStats:
+        acc = (np.zeros((p, 2)), np.zeros((p, p), order="F"), np.zeros_like(losses))
+        for i0, i1 in bounds[k::Z_THREADS]:
+            block_stats(acc, i0, i1)
+        return acc
+
+    # in memory, each block's Zv is kept for the next pass, whose w is this pass's v when the
+    # full step is taken: one product of the features instead of two
+    kept: dict[tuple[int, int], FloatArray] | None = {} if cache is not None else None
+    workers = min(Z_THREADS, len(bounds))
+    if workers == 1:
+        parts = [worker(0)]
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            parts = list(pool.map(worker, range(workers)))
+    zuv, d_hess, loss = parts[0]
+    for more in parts[1:]:
+        zuv += more[0]
+        d_hess += more[1]
+        loss += more[2]
+    losses += loss
+    if cache is not None and kept is not None:
+        cache.point, cache.margins = v.copy(), kept
     return zuv[:, 0].copy(), zuv[:, 1].copy(), d_hess, losses
 
 
@@ -216,24 +268,34 @@ NEWTON_ITER = 100
 
 
 def exact_gradient_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None,
-                        w: FloatArray) -> FloatArray:
+                        w: FloatArray, cache: FeatureCache | None = None) -> FloatArray:
     """Σ ρ_i ℓ_c′(ζ_iᵀw − φ_i)ζ_i over one piece, in blocks of ≤ ``SUM_CHUNK`` rows added exactly
-    rounded (what :attr:`RffAccuracy.grad_allowance` bounds)."""
+    rounded (what :attr:`RffAccuracy.grad_allowance` bounds). A block's features come from
+    ``cache`` when a kept block holds its rows (the same values ``transform`` gives them); the
+    blocks are computed in ``Z_THREADS`` threads, and the exactly rounded total does not depend
+    on their order."""
     s, rho, phi = part
+    n = s.shape[0]
 
     def block(rows: slice) -> FloatArray:
-        z = feats.transform(s[rows])
+        z = cache.rows(rows.start, rows.stop) if cache is not None else None
+        if z is None:
+            z = feats.transform(s[rows])
         return np.asarray(z.T @ (rho[rows] * huber_derivative(z @ w - phi[rows], c)))
 
-    if s.shape[0] == 0:
+    if n == 0:
         return np.zeros(feats.dim)
-    return block_total(block, s.shape[0])
+    chunks = [slice(i, min(n, i + SUM_CHUNK)) for i in range(0, n, SUM_CHUNK)]
+    with ThreadPoolExecutor(max_workers=Z_THREADS) as pool:
+        return np.asarray(exact_total(list(pool.map(block, chunks))), dtype=np.float64)
 
 
 def exact_gradient(backend: Backend, feats: FourierFeatures, w: FloatArray, *, n: int,
-                   lam0: float, huber_c: float | None) -> FloatArray:
+                   lam0: float, huber_c: float | None,
+                   cache: FeatureCache | None = None) -> FloatArray:
     """ĝ = ∇J(w), the pieces added exactly rounded; one pass."""
-    parts = backend.map_list(functools.partial(exact_gradient_pass, feats=feats, c=huber_c, w=w))
+    parts = backend.map_list(functools.partial(exact_gradient_pass, feats=feats, c=huber_c, w=w,
+                                               cache=cache))
     return np.asarray(exact_total(parts), dtype=np.float64) / n + 2.0 * lam0 * w
 
 
@@ -246,14 +308,15 @@ def project(w: FloatArray, radius: float) -> FloatArray:
 
 
 def guaranteed_descent(backend: Backend, feats: FourierFeatures, start: FloatArray, *, n: int,
-                       lam0: float, huber_c: float | None, accuracy: RffAccuracy) -> RffFit:
+                       lam0: float, huber_c: float | None, accuracy: RffAccuracy,
+                       cache: FeatureCache | None = None) -> RffFit:
     """The fallback: projected gradient descent from P_R(start), step s, for the public
     ``accuracy.steps`` passes (fewer when a step's gradient meets the certificate); the returned w
     is within ``accuracy.target`` of w* by the contraction bound (rff_accuracy's docstring), with
     no check."""
     w = project(np.asarray(start, dtype=np.float64), accuracy.radius)
     for it in range(accuracy.steps):
-        grad = exact_gradient(backend, feats, w, n=n, lam0=lam0, huber_c=huber_c)
+        grad = exact_gradient(backend, feats, w, n=n, lam0=lam0, huber_c=huber_c, cache=cache)
         if accuracy.accepts(w, grad):
             return RffFit(w, float(np.linalg.norm(grad)), it)
         w = project(w - accuracy.step * grad, accuracy.radius)
@@ -299,7 +362,8 @@ def solve_rff(backend: Backend, feats: FourierFeatures, *, n: int, lam0: float,
     in_memory = isinstance(backend, InMemory)
     cache = FeatureCache(CACHE_MB if cache_mb is None else cache_mb) if in_memory else None
     stat: Any = functools.partial(rff_pass, feats=feats, c=huber_c, rows=rows, cache=cache)
-    exact = functools.partial(exact_gradient, backend, feats, n=n, lam0=lam0, huber_c=huber_c)
+    exact = functools.partial(exact_gradient, backend, feats, n=n, lam0=lam0, huber_c=huber_c,
+                              cache=cache)
     w = np.zeros(p)
     hess = np.zeros((p, p))
     zu, zv, d_hess, loss = backend.map_sum(functools.partial(stat, w=w, w_in=None, step=None))
@@ -336,7 +400,7 @@ def solve_rff(backend: Backend, feats: FourierFeatures, *, n: int, lam0: float,
                 functools.partial(stat, w=cand_w, w_in=w, step=None))
         w, val = cand_w, cval
     return guaranteed_descent(backend, feats, w, n=n, lam0=lam0, huber_c=huber_c,
-                              accuracy=accuracy)
+                              accuracy=accuracy, cache=cache)
 
 
 def _accepts(loss: float, cand_w: FloatArray, n: int, lam0: float, val: float) -> bool:
