@@ -3,10 +3,12 @@ on the sample data, whole processes, interleaved (issue 24).
 
     python benchmarks/startup_dry_run.py [--reps 20] [--before DIR] [--commands owl cate ...]
 
-Runs from the repository root. Each repetition runs every command once, in turn (and, with
-``--before DIR``, the same command with the tree in DIR first on ``PYTHONPATH`` — e.g. ``git
-archive <commit> dpcausal | tar -x -C DIR`` — right after it), after one warm-up run of each that
-writes the bytecode caches. Wall time is measured around the child; CPU time (user + system) from
+Run it from the repository root. The children run in a temporary directory holding links to
+``configs/`` and ``sample_data/`` and no ``dpcausal/`` (``python -m`` puts the current directory
+first on ``sys.path``, ahead of ``PYTHONPATH``): "after" is the installed (editable) package, and
+with ``--before DIR`` "before" is the tree in DIR put on ``PYTHONPATH`` (e.g. ``git archive
+<commit> dpcausal | tar -x -C DIR``), run right after "after" for each command. Each repetition
+runs every command once, in turn, after one warm-up run of each that writes the bytecode caches. Wall time is measured around the child; CPU time (user + system) from
 ``os.wait4``. Prints a Markdown table: median and interquartile range [q1, q3] of each, and with
 ``--before`` the median of the paired after/before CPU ratios.
 
@@ -66,6 +68,10 @@ def main() -> None:
     results: dict[tuple[str, str], tuple[list[float], list[float]]] = {
         (c, v): ([], []) for c in args.commands for v in variants}
     with tempfile.TemporaryDirectory() as tmp:
+        for name in ("configs", "sample_data"):
+            (Path(tmp) / name).symlink_to(Path(name).resolve())
+        os.chdir(tmp)
+
         def argv(command: str) -> list[str]:
             return [sys.executable, "-m", "dpcausal", command, "--spec",
                     f"configs/{command.replace('-', '_')}.yaml", "--dry-run", "--quiet",
@@ -75,12 +81,15 @@ def main() -> None:
             for venv in variants.values():
                 run(argv(command), venv)
         load = os.getloadavg()[0]
-        for _ in range(args.reps):
+        for rep in range(args.reps):
             for command in args.commands:
                 for name, venv in variants.items():
                     wall, cpu = run(argv(command), venv)
                     results[command, name][0].append(wall)
                     results[command, name][1].append(cpu)
+            print(f"repetition {rep + 1}: " + ", ".join(
+                f"{c} {results[c, 'after'][1][-1]:.2f}" for c in args.commands), file=sys.stderr,
+                flush=True)
     print(f"{args.reps} interleaved repetitions; 1-minute load average {load:.1f} at the start, "
           f"{os.getloadavg()[0]:.1f} at the end\n")
     head = "| command | variant | wall s, median [q1, q3] | CPU s, median [q1, q3] |"
