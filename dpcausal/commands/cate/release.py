@@ -81,6 +81,8 @@ def build_release(spec: CateSpec, setup: CateSetup, queries: pd.DataFrame, tau: 
     With cate.arms (``tau`` of shape (K − 1, d), ``weights`` (K − 1, 2m)): cate.csv stacks one
     block of the query rows per contrast, with columns ``arm`` and ``control`` first, and the
     plot is cate_1.png … one per contrast, in the order of cate.arms."""
+    import pandas as pd
+
     if spec.cate.outcome_direction == "lower":
         tau = -tau
         weights = None if weights is None else -weights
