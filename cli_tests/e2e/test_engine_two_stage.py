@@ -161,7 +161,7 @@ def test_recommendations_and_receipt_on_the_engines(tmp_path: Path, data: dict[s
     pd.testing.assert_frame_equal(recs["dask"], recs["memory"])
     assert "engine" not in receipts["memory"]
     assert receipts["dask"]["engine"]["kind"] == "dask"
-    assert passes[0] == 1  # ipw-known: one stage-2 pass
+    assert passes[0] == 2  # ipw-known: the private centre's Σy pass and one stage-2 pass
     assert set(receipts["local"]["engine"]) == {"kind", "description"}  # no pass count
     for name in ("memory", "local", "dask"):
         assert receipts[name]["events"] == receipts["memory"]["events"]

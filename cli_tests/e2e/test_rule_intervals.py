@@ -98,9 +98,9 @@ def _capture_two_stage(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     real = release_rule
 
     def spy(spec: Any, setup: Any, plan: Any, h: Any, g: Any, n: int, side: Any, *,
-            noise: Any) -> Any:
+            noise: Any, b: Any = None) -> Any:
         seen.update(spec=spec, setup=setup, plan=plan, h=h, g=g, n=n)
-        return real(spec, setup, plan, h, g, n, side, noise=noise)
+        return real(spec, setup, plan, h, g, n, side, noise=noise, b=b)
 
     monkeypatch.setattr(two_stage_estimate, "release_rule", spy)
     return seen

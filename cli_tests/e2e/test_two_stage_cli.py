@@ -58,7 +58,7 @@ def test_example_config_releases(workdir: Path) -> None:
     # nothing non-private is released (weights, propensities, balance tables, residuals)
     assert set(rule) == {"format_version", "command", "method", "feature_map", "theta",
                          "coefficients_original_units", "arms", "decision", "outcome_direction",
-                         "bounds", "privacy", "intervals"}
+                         "bounds", "outcome_center", "privacy", "intervals"}
     assert sorted(p.name for p in out.iterdir()) == ["receipt.json", "recommendations.csv",
                                                      "rule.json", "rule.png"]
     text = json.dumps(rule).lower() + json.dumps(receipt).lower()

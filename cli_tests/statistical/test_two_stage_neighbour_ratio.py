@@ -32,7 +32,7 @@ def _spec() -> TwoStageSpec:
         "bounds": {"outcome": [-1.0, 1.0], "covariates": [-1.0, 1.0]},
         "privacy": {"epsilon": EPS},
         "two_stage": {"treated": 1, "weights": "ipw-rct", "ipw_rct": {"p_treated": 0.3},
-                      "l1_radius": 1.0, "intercept": False},
+                      "l1_radius": 1.0, "intercept": False, "outcome_center": "midpoint"},
     })
 
 

@@ -311,7 +311,8 @@ def unit_disc_witness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     def spec(calibration: str) -> Path:
         sec = {"treated": 1, "control": 0, "weights": "uniform", "sensitivity": "method",
                "calibration": calibration, "noise": "gamma", "eps_split": 0.5,
-               "l1_radius": 0.01, "intercept": False, "scaling": "maxabs"}
+               "l1_radius": 0.01, "intercept": False, "scaling": "maxabs",
+               "outcome_center": "midpoint"}  # the spec's stage-2 witness (public centre)
         if calibration == "paper":
             sec["allow_uncertified"] = True
         return write_yaml(tmp_path / f"two_stage_{calibration}.yaml", {

@@ -20,7 +20,7 @@ def _spec(scale: float, eps: float, **two: object) -> TwoStageSpec:
         "bounds": {"outcome": [0.0, 60.0 * scale], "covariates": [-1.0, 1.0]},
         "privacy": {"epsilon": eps},
         "two_stage": {"treated": 1, "control": 0, "weights": "ipw-rct",
-                      "ipw_rct": {"p_treated": 0.4}, **two},
+                      "ipw_rct": {"p_treated": 0.4}, "outcome_center": "midpoint", **two},
     })
 
 

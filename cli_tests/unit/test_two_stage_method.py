@@ -30,7 +30,7 @@ def make_spec(**two_stage: Any) -> TwoStageSpec:
         "bounds": {"outcome": two_stage.pop("outcome", [-10.0, 10.0]), "covariates": [-1.0, 1.0]},
         "privacy": {"epsilon": two_stage.pop("epsilon", 1.0), "delta": two_stage.pop("delta", 0.0)},
         "two_stage": {"treated": 1, "weights": "ipw-rct", "ipw_rct": {"p_treated": 0.4},
-                      "l1_radius": 5.0, **two_stage},
+                      "l1_radius": 5.0, "outcome_center": "midpoint", **two_stage},
     }
     if doc["two_stage"]["weights"] != "ipw-rct":
         doc["two_stage"].pop("ipw_rct")

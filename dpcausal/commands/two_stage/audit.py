@@ -30,8 +30,16 @@ from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.audit.estimators import EventLoss
 from dpcausal.audit.neighbours import Pair, RowDomain, replace_one
 from dpcausal.audit.privacy import AuditAdapter
+from dpcausal.commands.two_stage import center
 from dpcausal.commands.two_stage.method import METHOD
-from dpcausal.commands.two_stage.setup import build_setup, prepare, with_radius
+from dpcausal.commands.two_stage.privacy import OBJECTIVE_STAGE
+from dpcausal.commands.two_stage.setup import (
+    build_setup,
+    prepare,
+    targets,
+    with_center,
+    with_radius,
+)
 from dpcausal.commands.two_stage.spec import TwoStageSpec
 from dpcausal.commands.two_stage.stage1 import compute_weights
 from dpcausal.errors import SpecError
@@ -146,9 +154,32 @@ class ObjectiveInput:
         return EventLoss(event.stage, event.kind, self.shift(other), event.sensitivity, loss, 0.0)
 
 
+@dataclass(frozen=True)
+class CentredObjectives:
+    """Stage 2's objective at each centre of a public grid (``outcome_center: private``).
+
+    Stage 2 runs on the released centre c̃, the same on D and D′ (adaptive composition conditions
+    on it, :mod:`dpcausal.commands.two_stage.center`), so its loss is the worst over centres of
+    the loss at a fixed centre; the audit evaluates it at AUDIT_CENTERS of [L, U] (the ends, where
+    the winsorising at ±(U − L)/2 bites most, and the midpoint)."""
+
+    parts: tuple[ObjectiveInput, ...]
+
+    def privacy_loss(self, other: CentredObjectives, event: PrivacyEvent) -> EventLoss:
+        """The worst centre's exact interior loss and gradient-map shift."""
+        rows = [a.privacy_loss(b, event) for a, b in zip(self.parts, other.parts, strict=True)]
+        return EventLoss(event.stage, event.kind, max(r.shift for r in rows), event.sensitivity,
+                         max(r.epsilon_loss for r in rows), 0.0)
+
+
+AUDIT_CENTERS = (0.0, 0.5, 1.0)
+"""Where in [L, U] (as a share of U − L) the audit fixes a private centre for stage 2."""
+
+
 def pre_noise(spec: TwoStageSpec, frame: pd.DataFrame, plan: PrivacyPlan,
               side: dict[str, Any]) -> dict[str, Any]:
-    """The stage-2 objective of ``frame`` (non-private; audit only), by the plan's stage."""
+    """The stage-2 objective of ``frame`` (non-private; audit only), by the plan's stage, and with
+    a private centre the centre's pre-noise mean (its objective at each of AUDIT_CENTERS)."""
     if spec.two_stage.noise != "gamma":
         raise SpecError("two_stage.noise: audit privacy covers noise: gamma (pure ε-DP) only; the "
                         "Gaussian variant's loss is random and needs a δ analysis (spec §10 T2)")
@@ -158,16 +189,28 @@ def pre_noise(spec: TwoStageSpec, frame: pd.DataFrame, plan: PrivacyPlan,
     n = len(data.t)
     gamma = float(plan.details["gamma"])
     xw = data.x * w[:, None]
-    ev = plan.events[0]
-    value = ObjectiveInput(g=2.0 * (xw.T @ data.t), a=2.0 * (xw.T @ data.x) + n * gamma *
-                           np.eye(data.x.shape[1]), l1_radius=setup.l1_radius,
-                           beta=1.0 / ev.noise_scale)
-    return {ev.stage: value}
+    ev = plan.event(OBJECTIVE_STAGE)
+    a = 2.0 * (xw.T @ data.x) + n * gamma * np.eye(data.x.shape[1])
+
+    def objective(t: FloatArray) -> ObjectiveInput:
+        return ObjectiveInput(g=2.0 * (xw.T @ t), a=a, l1_radius=setup.l1_radius,
+                              beta=1.0 / ev.noise_scale)
+
+    if not setup.private_center:
+        return {ev.stage: objective(data.t)}
+    grid = [with_center(setup, setup.lower + f * (setup.upper - setup.lower))
+            for f in AUDIT_CENTERS]
+    return {center.STAGE: np.array([center.outcome_sum(data.y) / n]),
+            ev.stage: CentredObjectives(tuple(objective(targets(s, data.y, data.a)) for s in grid))}
 
 
 def output_vector(release: Release) -> FloatArray:
-    """The released θ (in the mapped feature space)."""
-    return np.asarray(release.documents["rule.json"]["theta"], dtype=np.float64)
+    """The released θ (in the mapped feature space), after the released centre if private."""
+    rule = release.documents["rule.json"]
+    theta = np.asarray(rule["theta"], dtype=np.float64)
+    if rule["outcome_center"]["source"] != "private":
+        return theta
+    return np.concatenate([[float(rule["outcome_center"]["estimate"])], theta])
 
 
 def without_plot(spec: TwoStageSpec) -> TwoStageSpec:

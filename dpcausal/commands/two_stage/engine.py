@@ -20,6 +20,9 @@ bounds) before it enters any statistic.
   or overflows whatever ‖λ‖ the Newton iterates reach). ebw
   first takes one pass for the arm counts n₀, n₁ (its rows are (n/n_a)·s·g(x)) and the target
   mean ḡ of the moments. A pass is cached by λ (the sums do not depend on the multiplier μ).
+* The private outcome centre (``outcome_center: private``): one pass of Σy (each batch's sum in
+  blocks, the batch totals added exactly rounded), then the centre's Laplace draw on the client
+  (:mod:`dpcausal.commands.two_stage.center`); the stage-2 pass forms t = 2·clip(y − c, ±M_y)·ã.
 * Stage 2: one pass of per-arm (Σu, Σu x xᵀ, Σu t x), then w = α_a·u with α the in-memory
   normalisation (n/Σu, or per arm (n/#arms)/Σ_a u for ebw ``arm_totals: equal``, then n/Σw), so
   H = Σw x xᵀ and g = Σw t x are exact up to summation order. θ = the exact ℓ₁-ball QP solve
@@ -66,6 +69,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.commands.two_stage import center
 from dpcausal.commands.two_stage import weights as wts
 from dpcausal.commands.two_stage.privacy import stability_bounds
 from dpcausal.commands.two_stage.setup import (
@@ -74,21 +78,25 @@ from dpcausal.commands.two_stage.setup import (
     coef_vector,
     prepare,
     refuse_mmd_on_engine,
+    targets,
     with_radius,
 )
 from dpcausal.commands.two_stage.spec import EbwSection, IpwLogitSection, TwoStageSpec
 from dpcausal.commands.two_stage.stage1 import _moments
-from dpcausal.commands.two_stage.stage2 import release_rule
+from dpcausal.commands.two_stage.stage2 import objective_noise, release_rule
 from dpcausal.engine.base import Engine, batch_error
 from dpcausal.errors import DataError
 from dpcausal.learners.dp_features import unit_ball_scale
 from dpcausal.mechanisms import NoiseGuard
 from dpcausal.method import Release
+from dpcausal.numerics import exact_total
 
 FloatArray = npt.NDArray[np.float64]
 Part = tuple[FloatArray | None, npt.NDArray[np.bool_], FloatArray, FloatArray | None,
              tuple[bool, int]]
-"""One prepared batch: stage-2 features x (‖x‖ ≤ 1), treated mask a, targets t, the stage-1
+"""One prepared batch: stage-2 features x (‖x‖ ≤ 1), treated mask a, the outcome y clipped to
+[L, U] (the targets t = 2(y − c)ã are formed in the stage-2 pass, once the centre c is known:
+it may be released privately after the batches are cached), the stage-1
 input of the weight method (ipw-known: public score; ipw-logit: (1, s); ebw: moments g(s), whose
 first 1 + p columns are (1, s)), and (intercept, p). For ipw-logit and ebw, x is None: it is
 (1, s)/√d (or s/√d), recomputed from the stage-1 input in the stage-2 pass with the arithmetic of
@@ -105,7 +113,7 @@ def prepare_batch(spec: TwoStageSpec, setup: TwoStageSetup, frame: pd.DataFrame,
         data = prepare(spec, setup, frame.reset_index(drop=True), spec.data.path)
     except DataError as exc:
         raise batch_error(exc, start) from None
-    a, t = data.a, data.t
+    a, y = data.a, data.y
     extra: FloatArray | None = None
     x: FloatArray | None = np.ascontiguousarray(data.x)
     lin = (setup.fmap.intercept, len(setup.fmap.names))
@@ -113,13 +121,13 @@ def prepare_batch(spec: TwoStageSpec, setup: TwoStageSetup, frame: pd.DataFrame,
         assert sec.ipw_known is not None
         extra = sec.ipw_known.intercept + data.raw @ coef_vector(spec)
     elif sec.weights == "ipw-logit":
-        extra = np.hstack([np.ones((len(data.t), 1)), data.scaled])
+        extra = np.hstack([np.ones((len(data.y), 1)), data.scaled])
         x = None
     elif sec.weights == "ebw":
         extra = _moments(data.scaled, (sec.ebw or EbwSection()).moments)[0]
         x = None
     del data
-    return x, a, t, extra, lin
+    return x, a, y, extra, lin
 
 
 def features(part: Part) -> FloatArray:
@@ -221,10 +229,17 @@ def _arm_sums(x: FloatArray, a: npt.NDArray[np.bool_], t: FloatArray, u: FloatAr
     return counts, tot, hs, gs, bad
 
 
+def outcome_pass(part: Part, start: int) -> float:
+    """Σ y of the batch (the private centre's sum; blocks added exactly rounded)."""
+    return center.outcome_sum(part[2])
+
+
 def stage2_pass(part: Part, start: int, *, weights: str, p_treated: float | None,
-                lam: FloatArray | None) -> tuple[FloatArray, ...]:
-    """Per-arm stage-2 sums of the batch with the unnormalised weights u of ``weights``."""
-    _, a, t, extra, _ = part
+                lam: FloatArray | None, setup: TwoStageSetup) -> tuple[FloatArray, ...]:
+    """Per-arm stage-2 sums of the batch with the unnormalised weights u of ``weights`` and the
+    targets of ``setup``'s centre."""
+    _, a, y, extra, _ = part
+    t = targets(setup, y, a)
     x = features(part)
     if weights == "uniform":
         u = np.ones(len(t))
@@ -239,9 +254,11 @@ def stage2_pass(part: Part, start: int, *, weights: str, p_treated: float | None
 
 
 def ebw_stage2_pass(part: Part, start: int, *, lam: FloatArray, counts: tuple[int, int],
-                    kappa: float, m_g: float) -> tuple[float, tuple[FloatArray, ...]]:
+                    kappa: float, m_g: float, setup: TwoStageSetup
+                    ) -> tuple[float, tuple[FloatArray, ...]]:
     """(m, per-arm stage-2 sums with u = exp(z − m)), m = the batch's max z."""
-    _, a, t, _, _ = part
+    _, a, y, _, _ = part
+    t = targets(setup, y, a)
     blocks = _ebw_blocks(part, counts, kappa, m_g)
     m, es = _ebw_exponents(blocks, lam)
     u = np.empty(len(t))
@@ -328,17 +345,17 @@ def stage2_stats(spec: TwoStageSpec, setup: TwoStageSetup, engine: Engine, n: in
     if sec.weights == "ebw":
         assert lam is not None
         stats = _combine_shifted(
-            engine.map_list(functools.partial(ebw_stage2_pass, lam=lam, **kw)))
+            engine.map_list(functools.partial(ebw_stage2_pass, lam=lam, setup=setup, **kw)))
     else:
         p_treated = sec.ipw_rct.p_treated if sec.ipw_rct is not None else None
         stats = engine.map_sum(functools.partial(stage2_pass, weights=sec.weights,
-                                                 p_treated=p_treated, lam=lam))
+                                                 p_treated=p_treated, lam=lam, setup=setup))
     counts_a, tot, hs, gs, bad = stats
     if not _stats_ok(bad, tot) and not certify:
         # as compute_weights: the bound in use holds for any weights, so the fixed public choice
         # w = 1 replaces weights that cannot be normalised (never a data-dependent refusal)
         stats = engine.map_sum(functools.partial(stage2_pass, weights="uniform", p_treated=None,
-                                                 lam=None))
+                                                 lam=None, setup=setup))
         counts_a, tot, hs, gs, bad = stats
     if not _stats_ok(bad, tot):
         raise RuntimeError("stage-1 weights are not finite, nonnegative and positive in sum")
@@ -364,8 +381,13 @@ def run(spec: TwoStageSpec, engine: Engine, plan: PrivacyPlan, side: dict[str, p
     setup = with_radius(build_setup(spec), plan.details)
     n = engine.n_rows  # the engine checks every pass streams exactly these rows
     engine.load(functools.partial(prepare_batch, spec, setup))
+    b = None
+    if setup.private_center:  # b (data-free) first, in the plan's order; a pass for Σy, the centre
+        b = objective_noise(spec, setup, n, noise=noise)
+        total = exact_total(engine.map_list(outcome_pass))
+        setup = center.release(spec, setup, total, n, noise=noise)
     h, g = stage2_stats(spec, setup, engine, n)
-    release = release_rule(spec, setup, plan, h, g, n, side, noise=noise)
+    release = release_rule(spec, setup, plan, h, g, n, side, noise=noise, b=b)
     del h, g
     release.summary["engine"] = engine.description
     return release

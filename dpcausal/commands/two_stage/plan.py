@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dpcausal.accounting.events import PrivacyEvent
 from dpcausal.accounting.plan import PrivacyPlan
+from dpcausal.commands.two_stage import center
 from dpcausal.commands.two_stage.calibration import calibrate, noise_to_signal
 from dpcausal.commands.two_stage.penalty import choose_radius
 from dpcausal.commands.two_stage.privacy import mechanism, stability_bounds, stage1_dual
@@ -61,21 +63,22 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
     setup = build_setup(spec)
     bounds = stability_bounds(spec, setup, n_rows)
     dim = setup.fmap.dim
+    eps_center, eps2 = center.epsilons(spec)  # stage 2 gets ε minus the private centre's share
     choice = choose_radius(explicit=sec.l1_radius, scale=sec.l1_scale, n=n_rows, dim=dim, m_x=M_X,
-                           m_y=setup.m_y, m_inf=setup.m_inf, epsilon=spec.privacy.epsilon,
+                           m_y=setup.m_y, m_inf=setup.m_inf, epsilon=eps2,
                            delta=delta, eps_split=sec.eps_split, noise=sec.noise, bounds=bounds,
                            mode=sec.calibration, gamma=sec.gamma)
     setup = dataclasses.replace(setup, l1_radius=choice.radius)
     cal = calibrate(n=n_rows, dim=dim, m_x=M_X, m_inf=setup.m_inf, m_y=setup.m_y,
                     l1_radius=setup.l1_radius,
-                    epsilon=spec.privacy.epsilon, delta=delta, eps_split=sec.eps_split,
+                    epsilon=eps2, delta=delta, eps_split=sec.eps_split,
                     noise=sec.noise, bounds=bounds, mode=sec.calibration)
     mech = mechanism(spec, cal, dim)  # first: an ε too small for float64 is named as such
     gamma = cal.gamma_required if sec.gamma is None else sec.gamma
     if gamma < cal.gamma_required:
         raise PrivacyError(
             f"two_stage.gamma: {sec.gamma:g} is below γ_required = {cal.gamma_required:.6g} for "
-            f"ε = {spec.privacy.epsilon:g} and n = {n_rows}; raise it or omit it (default γ_required)"
+            f"stage 2's ε = {eps2:g} and n = {n_rows}; raise it or omit it (default γ_required)"
         )
     # P = (2/n)H + γI, ‖(2/n)H‖ ≤ 2 (Σw = n, ‖x‖ ≤ 1): a factorisation that could fail on the data
     # would be an exit that depends on it, so a γ too small for float64 is refused here (public)
@@ -85,7 +88,7 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
                         f"with {dim} features that cannot fail; raise two_stage.gamma (or lower ε)")
     # the event of the whole mechanism (noise law + Jacobian term), marked as objective
     # perturbation so every accountant composes it by its stated (ε, δ) (mechanisms/registry.py)
-    base = ObjectivePerturbation(mech, spec.privacy.epsilon, delta).event()
+    base = ObjectivePerturbation(mech, eps2, delta).event()
     rho = noise_to_signal(cal, n_rows)
     params = {**base.params, "noise": sec.noise, "calibration": sec.calibration,
               "epsilon_noise_term": cal.noise_epsilon, "epsilon_jacobian_term": cal.hessian_epsilon,
@@ -93,12 +96,22 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
               "lambda_H": cal.lambda_h, "stability": bounds.to_dict(), "l_tilde": cal.l_tilde,
               "n": n_rows}
     event = dataclasses.replace(base, params=params)
+    events: tuple[PrivacyEvent, ...] = (event,)
+    if setup.private_center:
+        cmech = center.mechanism(spec, setup, n_rows)
+        cev = cmech.event()
+        cev = dataclasses.replace(cev, params={
+            **cev.params, "what": "mean of the outcome clipped to bounds.outcome",
+            "share_of_epsilon": sec.center_share, "clamped_to": [setup.lower, setup.upper],
+            "winsorised_at": setup.half_range})
+        events = (event, cev)  # in the draw order: b (reads no data) first, then the centre
     details: dict[str, Any] = {
         "weights": sec.weights, "sensitivity": sec.sensitivity, "calibration": sec.calibration,
         "noise": sec.noise, "n_rows": n_rows, "dim": dim, "gamma": gamma,
         "gamma_required": cal.gamma_required, "noise_scale": cal.scale,
         "expected_noise_norm": cal.expected_noise_norm, "noise_to_signal": rho,
         "zeta": cal.zeta, "l1_radius": choice.radius, "l1_choice": choice.to_dict(),
+        "outcome_center": _center_details(spec, setup, n_rows, eps_center),
         "W1s_bar": bounds.w1s, "W2aug_bar": bounds.w2aug,
         "stability": bounds.to_dict(),
         # public: whether stage 1 must certify its accuracy (only when the bound in use is
@@ -121,14 +134,15 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
         details["uncertified"] = "calibration: paper leaks (privacy loss up to ≈1.13ε): no DP guarantee"
     plan = PrivacyPlan(
         command="two-stage",
-        events=(event,),
+        events=events,
         neighbouring={"relation": "replace-one", "unit": "row (one individual)", "n_public": True},
         guarantee="pure" if sec.noise == "gamma" else "approximate",
         dp_guarantee=sec.calibration == "safe",
         assumptions={
             "outcome_bounds": list(spec.bounds.outcome or ()),
             "outcome_direction": sec.outcome_direction,
-            "outcome_center": setup.center, "M_y": setup.m_y, "M_x": M_X, "M_inf": setup.m_inf,
+            "outcome_center": "private" if setup.private_center else setup.center,
+            "M_y": setup.m_y, "M_x": M_X, "M_inf": setup.m_inf,
             "covariate_bounds": setup.fmap.to_dict()["bounds"],
             "l1_radius": setup.l1_radius,
             "weights": sec.weights, "sensitivity": sec.sensitivity,
@@ -138,7 +152,26 @@ def plan(spec: TwoStageSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
         },
         details=details,
     )
-    return dataclasses.replace(plan, accuracy=rule_noise(spec, plan).accuracy(setup.fmap, n_search=True))
+    accuracy = rule_noise(spec, plan).accuracy(setup.fmap, n_search=True)
+    if setup.private_center:
+        accuracy = (*accuracy, center.accuracy(spec, setup, n_rows))
+    return dataclasses.replace(plan, accuracy=accuracy)
+
+
+def _center_details(spec: TwoStageSpec, setup: TwoStageSetup, n: int,
+                    eps_center: float) -> dict[str, Any]:
+    """The plan's record of the outcome centre (public: its source, and for a private centre its
+    share of ε, sensitivity, Laplace scale and winsorising bound)."""
+    if not setup.private_center:
+        source = "midpoint" if spec.two_stage.outcome_center == "midpoint" else "public"
+        value = -setup.center if spec.two_stage.outcome_direction == "lower" else setup.center
+        return {"source": source, "value": value, "epsilon": 0.0}
+    mech = center.mechanism(spec, setup, n)
+    return {"source": "private", "epsilon": eps_center, "share": spec.two_stage.center_share,
+            "sensitivity": mech.l1_sensitivity, "laplace_scale": mech.scale,
+            "winsorised_at": setup.half_range,
+            "rule": "c = clamp(mean of clip(y, L, U) + Laplace(Δ/ε_c), L, U); stage 2 fits "
+                    "2·clip(y − c, ±(U − L)/2)·ã with ε − ε_c"}
 
 
 def _stage1_fallback(spec: TwoStageSpec, setup: TwoStageSetup, n: int, specific: bool) -> str:

@@ -28,6 +28,9 @@ from dpcausal.errors import UncertifiedModeError
 from dpcausal.mechanisms import L2LaplaceMechanism
 from dpcausal.mechanisms.gaussian_vector import GaussianNoiseVector
 
+OBJECTIVE_STAGE = "two_stage.objective_noise"
+"""Stage 2's event (the noise vector b) in the plan, the receipt and the noise guard."""
+
 
 def stability_bounds(spec: TwoStageSpec, setup: TwoStageSetup, n: int) -> StabilityBounds:
     """W̄ sups from public inputs: exact for certified methods, else the universal caps."""
@@ -98,7 +101,7 @@ def mechanism(spec: TwoStageSpec, cal: Calibrated, dim: int) -> L2LaplaceMechani
     by ε_H (Lemma 5.1, augmented form). Total: ε-DP (Gamma) or (ε, δ)-DP (Gaussian) for θ, under
     ``calibration: safe``. ``paper`` uses (3.8)/(3.9) verbatim and carries NO guarantee.
     """
-    stage = "two_stage.objective_noise"
+    stage = OBJECTIVE_STAGE
     if spec.two_stage.noise == "gamma":
         return L2LaplaceMechanism(cal.noise_epsilon, cal.shift_bound, dim, stage=stage)
     return GaussianNoiseVector(cal.noise_epsilon, spec.privacy.delta, cal.shift_bound, cal.scale,

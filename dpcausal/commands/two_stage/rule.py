@@ -16,6 +16,8 @@ from dpcausal.commands.common.linear_rule import (
     load_linear_rule,
 )
 from dpcausal.commands.common.rule_intervals import RuleNoise, plot_rule, rule_summary
+from dpcausal.commands.two_stage import center
+from dpcausal.commands.two_stage.privacy import OBJECTIVE_STAGE
 from dpcausal.commands.two_stage.setup import M_X, TwoStageSetup
 from dpcausal.commands.two_stage.spec import TwoStageSpec
 from dpcausal.mechanisms.noise_law import event_norm_quantile, objective_perturbation_bound
@@ -30,7 +32,7 @@ FloatArray = npt.NDArray[np.float64]
 def rule_document(spec: TwoStageSpec, setup: TwoStageSetup, theta: FloatArray,
                   plan: PrivacyPlan) -> dict[str, Any]:
     """Everything needed to apply the released rule, and nothing private."""
-    ev = plan.events[0]
+    ev = plan.event(OBJECTIVE_STAGE)
     sec = spec.two_stage
     return {
         "format_version": RULE_FORMAT_VERSION,
@@ -45,8 +47,10 @@ def rule_document(spec: TwoStageSpec, setup: TwoStageSetup, theta: FloatArray,
         "bounds": {"l1_radius": setup.l1_radius, "M_x": M_X, "M_y": setup.m_y,
                    "outcome": [setup.lower, setup.upper] if sec.outcome_direction == "higher"
                    else [-setup.upper, -setup.lower]},
+        "outcome_center": center.document(spec, setup, int(plan.details["n_rows"])),
         "privacy": {
-            "epsilon": ev.epsilon, "delta": ev.delta,
+            "epsilon": plan.cost.epsilon, "delta": plan.cost.delta,
+            "epsilon_stage2": ev.epsilon,
             "guarantee": ("none (calibration: paper)" if not plan.dp_guarantee
                           else plan.guarantee),
             "weights": sec.weights, "sensitivity": sec.sensitivity,
@@ -66,7 +70,7 @@ def rule_noise(spec: TwoStageSpec, plan: PrivacyPlan) -> RuleNoise:
     ball); ‖b‖ ≤ its (1 − α) quantile with probability 1 − α. The data's own curvature (the
     weighted second moment of x, private) usually makes the noise much smaller than this.
     """
-    ev = plan.events[0]
+    ev = plan.event(OBJECTIVE_STAGE)
     alpha = spec.accuracy.alpha
     n, gamma = int(plan.details["n_rows"]), float(plan.details["gamma"])
     radius = float(plan.details["l1_radius"])

@@ -40,8 +40,14 @@ class TwoStageSetup:
     in a setup built without it (columns and feature map only)."""
     u_range: tuple[float, float] | None  # ipw-known: [u_lo, u_hi] of 1/π over the public domain
     center: float = math.nan
-    """Public outcome offset c (``two_stage.outcome_center``, default the bounds' midpoint; in
-    the fitting direction): it does not change the IPW target in the population."""
+    """Outcome centre c (in the fitting direction): the public ``outcome_center`` (a number, or
+    the bounds' midpoint), or with ``outcome_center: private`` the released private centre, NaN
+    until it is drawn (:mod:`dpcausal.commands.two_stage.center`)."""
+    private_center: bool = False
+    """``outcome_center: private``: y − c is winsorised at ±(U − L)/2 (M_y = (U − L)/2 for every c)."""
+    center_unclamped: float = math.nan
+    """The private centre as the Laplace mechanism released it, before clamping to [L, U] (its
+    noise interval is computed around it, :mod:`dpcausal.intervals`)."""
 
     @property
     def m_inf(self) -> float:
@@ -51,10 +57,19 @@ class TwoStageSetup:
         return self.fmap.row_scale
 
     @property
+    def half_range(self) -> float:
+        """(U − L)/2 as a float: the winsorising bound of a private centre."""
+        return 0.5 * (self.upper - self.lower)
+
+    @property
     def m_y(self) -> float:
-        """|y − center| ≤ M_y for the computed floats: (U − L)/2 in real arithmetic, and, since
-        rounding is monotone, fl(y − c) lies between fl(L − c) and fl(U − c) for every y in
-        [L, U], so the larger of |fl(L − c)| and fl(U − c) bounds it exactly."""
+        """|y − center| ≤ M_y for the computed floats. Private centre: y − c is clipped to
+        ±half_range, so M_y = half_range exactly, whatever c is. Public centre: (U − L)/2 in
+        real arithmetic at the midpoint, and, since rounding is monotone, fl(y − c) lies between
+        fl(L − c) and fl(U − c) for every y in [L, U], so the larger of |fl(L − c)| and
+        fl(U − c) bounds it exactly."""
+        if self.private_center:
+            return self.half_range
         return max(self.upper - self.center, self.center - self.lower)
 
 
@@ -66,7 +81,22 @@ class Prepared:
     scaled: FloatArray  # clipped, scaled covariates (stage-1 features)
     raw: FloatArray  # clipped raw covariates
     a: npt.NDArray[np.bool_]  # True = treated
-    t: FloatArray  # 2·(y − center)·ã
+    y: FloatArray  # outcome in the fitting direction, clipped to [L, U]
+    t: FloatArray  # 2·(y − center)·ã (winsorised for a private centre; NaN until it is released)
+
+    def centred(self, setup: TwoStageSetup) -> Prepared:
+        """The rows with the targets of ``setup``'s centre (after a private centre is released)."""
+        return dataclasses.replace(self, t=targets(setup, self.y, self.a))
+
+
+def targets(setup: TwoStageSetup, y: FloatArray, treated: npt.NDArray[np.bool_]) -> FloatArray:
+    """t = 2·(y − c)·ã for outcomes y already clipped to [L, U]: with a private centre y − c is
+    winsorised at ±(U − L)/2 (so |t| ≤ 2M_y whatever c is); NaN while the centre is unknown."""
+    if setup.private_center:
+        yc = np.clip(y - setup.center, -setup.half_range, setup.half_range)
+    else:
+        yc = y - setup.center
+    return 2.0 * yc * np.where(treated, 1.0, -1.0)
 
 
 def build_setup(spec: TwoStageSpec) -> TwoStageSetup:
@@ -115,15 +145,28 @@ def build_setup(spec: TwoStageSpec) -> TwoStageSetup:
         raise MissingBoundsError(
             "weights: ipw-rct needs two_stage.ipw_rct: {p_treated: P} — the design probability"
         )
+    if not lo < hi:
+        raise SpecError("bounds.outcome: two-stage needs lo < hi (a public range of the outcome)")
     center = 0.5 * (lo + hi)
-    if sec.outcome_center is not None:
-        c = -sec.outcome_center if sec.outcome_direction == "lower" else sec.outcome_center
+    oc = sec.outcome_center
+    if oc == "private":
+        center = math.nan  # released by the run (dpcausal/commands/two_stage/center.py)
+    elif not isinstance(oc, str):
+        c = -oc if sec.outcome_direction == "lower" else oc
         if not lo < c < hi:
-            raise SpecError(f"two_stage.outcome_center: {sec.outcome_center:g} must lie strictly "
-                            "inside bounds.outcome (a public guess of the typical outcome)")
+            raise SpecError(f"two_stage.outcome_center: {oc:g} must lie strictly inside "
+                            "bounds.outcome (a public guess of the typical outcome)")
         center = c
     radius = math.nan if sec.l1_radius is None else float(sec.l1_radius)
-    return TwoStageSetup(columns, fmap, lo, hi, radius, u_range, center)
+    return TwoStageSetup(columns, fmap, lo, hi, radius, u_range, center, oc == "private")
+
+
+def with_center(setup: TwoStageSetup, center: float, *, unclamped: float | None = None
+                ) -> TwoStageSetup:
+    """The setup with the released private centre (fitting direction; ``unclamped``: the
+    mechanism's output before clamping, default ``center``)."""
+    raw = center if unclamped is None else unclamped
+    return dataclasses.replace(setup, center=float(center), center_unclamped=float(raw))
 
 
 def with_radius(setup: TwoStageSetup, plan_details: dict[str, object]) -> TwoStageSetup:
@@ -159,9 +202,9 @@ def prepare(spec: TwoStageSpec, setup: TwoStageSetup, frame: pd.DataFrame,
     treated = treated_mask(frame[cols.treatment], sec, path=path, column=cols.treatment,
                            command="two-stage")
     raw = np.clip(raw, setup.fmap.lower, setup.fmap.upper)
-    yc = np.clip(y, setup.lower, setup.upper) - setup.center
-    t = 2.0 * yc * np.where(treated, 1.0, -1.0)
-    return Prepared(setup.fmap.transform(raw), setup.fmap.scale(raw), raw, treated, t)
+    y = np.clip(y, setup.lower, setup.upper)
+    return Prepared(setup.fmap.transform(raw), setup.fmap.scale(raw), raw, treated, y,
+                    targets(setup, y, treated))
 
 
 MMD_MAX_ROWS = 5000

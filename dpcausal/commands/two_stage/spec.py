@@ -135,13 +135,19 @@ class TwoStageSection(BinaryArms):
     """The old form, in explicit units: λ₁ > 0 in **score units (2 × outcome units)**: θ is
     constrained to ‖θ‖₁ ≤ λ₁, ζ = 2M_x(2M_y + M_∞λ₁), M_∞ = (1 − 8u)/√d (d = dim θ). The same
     number is a different ball on a dollar and on a thousand-dollar outcome; prefer l1_scale."""
-    outcome_center: float | None = None
-    """Public centre c of the outcome (in its units, inside bounds.outcome; default the bounds'
-    midpoint): the target is t = 2(y − c)ã and M_y = max(U − c, c − L). In the population c does
-    not change the IPW target, but in a sample the term −2c·Σwãx/n adds variance that grows with
-    |c − mean outcome|: for a skewed outcome (earnings in [0, 60,000] with mean ≈ 5,000) a public
-    guess of the mean (a prior study, the literature) moves the rule towards the optimal one even
-    at ε → ∞, at the noise cost of a larger M_y (benchmarks/RESULTS.md, "two-stage defaults")."""
+    outcome_center: float | Literal["private", "midpoint"] = "private"
+    """Centre c of the outcome; the stage-2 target is t = 2(y − c)ã. In the population c does not
+    change the IPW target, but in a sample the term −2c·Σwãx/n adds variance that grows with
+    |c − mean outcome| (and makes the rule depend on where the public bounds sit).
+    ``private`` (default): c = the Laplace mean of the outcome clipped to bounds.outcome
+    (sensitivity (U − L)/n, its own event at ``center_share`` of ε, clamped to [L, U]), and y − c
+    is winsorised at ±(U − L)/2, so M_y = (U − L)/2 and stage 2's calibration holds for every c
+    (docs/proofs/two_stage.md §11). ``midpoint``: c = (L + U)/2 (public, no ε; the old default).
+    A number: a public guess of the mean in the outcome's units, strictly inside bounds.outcome
+    (a prior study; no ε), with M_y = max(U − c, c − L)."""
+    center_share: Fraction = 0.05
+    """Share of privacy.epsilon spent on the private outcome centre (``outcome_center: private``
+    only; default 0.05): the centre's Laplace scale is (U − L)/(n·share·ε), stage 2 gets the rest."""
     gamma: PositiveFinite | None = None
     """Ridge γ > 0 of stage 2; default γ_required (the smallest the calibration allows); a
     smaller value is refused. A larger γ shrinks the rule more without reducing the noise."""
@@ -180,6 +186,8 @@ class TwoStageSection(BinaryArms):
         if self.l1_radius is not None and "l1_scale" in self.model_fields_set:
             raise ValueError("give at most one of two_stage.l1_scale (unit-free, preferred) and "
                              "two_stage.l1_radius (score units)")
+        if "center_share" in self.model_fields_set and self.outcome_center != "private":
+            raise ValueError("two_stage.center_share is only used with outcome_center: private")
         if self.weights == "mmd" and self.mmd is None:
             raise ValueError("weights: mmd needs a two_stage.mmd section with a public bandwidth")
         return self
