@@ -68,3 +68,19 @@ def halve_synth_control_sensitivity(monkeypatch: pytest.MonkeyPatch) -> None:
     real = dpsc.coefficient_sensitivity
     monkeypatch.setattr(dpsc, "coefficient_sensitivity",
                         lambda *a: (real(*a)[0] / 2, real(*a)[1]))
+
+
+def halve_two_stage_sensitivity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """two-stage's noise-term sensitivity ζ·W̄₁ˢ understated by half (plan and run alike): W̄₁ˢ,
+    the sup of how far one replaced row moves the weights, taken as half its proven value."""
+    import dataclasses
+
+    from dpcausal.commands.two_stage import plan, stage2
+    from dpcausal.commands.two_stage.privacy import stability_bounds
+
+    def halved(*args: Any) -> Any:
+        real = stability_bounds(*args)
+        return dataclasses.replace(real, w1s=real.w1s / 2)
+
+    for module in (plan, stage2):
+        monkeypatch.setattr(module, "stability_bounds", halved)
