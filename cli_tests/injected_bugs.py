@@ -84,3 +84,28 @@ def halve_two_stage_sensitivity(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for module in (plan, stage2):
         monkeypatch.setattr(module, "stability_bounds", halved)
+
+
+def halve_cate_rkhs_sensitivity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cate's second-stage RKHS sensitivity understated by half (plan and run alike)."""
+    from dpcausal.commands.cate.setup import CateSetup
+
+    real = CateSetup.rkhs_sensitivity
+    monkeypatch.setattr(CateSetup, "rkhs_sensitivity",
+                        property(lambda self: real.fget(self) / 2))  # type: ignore[attr-defined]
+
+
+def halve_select_policy_delta(monkeypatch: pytest.MonkeyPatch) -> None:
+    """select-policy's utility sensitivity Δ_cert understated by half (plan and run alike)."""
+    import dataclasses
+
+    from dpcausal.commands.select_policy import certify, penalty
+
+    real = penalty.certify_spillover
+
+    def halved(**kw: Any) -> Any:
+        cert = real(**kw)
+        return dataclasses.replace(cert, delta_cert=cert.delta_cert / 2)
+
+    for module in (penalty, certify):  # two arms: penalty.py; K arms: certify.py
+        monkeypatch.setattr(module, "certify_spillover", halved)
