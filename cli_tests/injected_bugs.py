@@ -68,3 +68,44 @@ def halve_synth_control_sensitivity(monkeypatch: pytest.MonkeyPatch) -> None:
     real = dpsc.coefficient_sensitivity
     monkeypatch.setattr(dpsc, "coefficient_sensitivity",
                         lambda *a: (real(*a)[0] / 2, real(*a)[1]))
+
+
+def halve_two_stage_sensitivity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """two-stage's noise-term sensitivity ζ·W̄₁ˢ understated by half (plan and run alike): W̄₁ˢ,
+    the sup of how far one replaced row moves the weights, taken as half its proven value."""
+    import dataclasses
+
+    from dpcausal.commands.two_stage import plan, stage2
+    from dpcausal.commands.two_stage.privacy import stability_bounds
+
+    def halved(*args: Any) -> Any:
+        real = stability_bounds(*args)
+        return dataclasses.replace(real, w1s=real.w1s / 2)
+
+    for module in (plan, stage2):
+        monkeypatch.setattr(module, "stability_bounds", halved)
+
+
+def halve_cate_rkhs_sensitivity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cate's second-stage RKHS sensitivity understated by half (plan and run alike)."""
+    from dpcausal.commands.cate.setup import CateSetup
+
+    real = CateSetup.rkhs_sensitivity
+    monkeypatch.setattr(CateSetup, "rkhs_sensitivity",
+                        property(lambda self: real.fget(self) / 2))  # type: ignore[attr-defined]
+
+
+def halve_select_policy_delta(monkeypatch: pytest.MonkeyPatch) -> None:
+    """select-policy's utility sensitivity Δ_cert understated by half (plan and run alike)."""
+    import dataclasses
+
+    from dpcausal.commands.select_policy import certify, penalty
+
+    real = penalty.certify_spillover
+
+    def halved(**kw: Any) -> Any:
+        cert = real(**kw)
+        return dataclasses.replace(cert, delta_cert=cert.delta_cert / 2)
+
+    for module in (penalty, certify):  # two arms: penalty.py; K arms: certify.py
+        monkeypatch.setattr(module, "certify_spillover", halved)

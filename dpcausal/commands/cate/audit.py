@@ -101,7 +101,9 @@ def neighbours(spec: CateSpec, frame: pd.DataFrame, rng: np.random.Generator,
     range in D and at the bottom in D′: with π̂ ≡ κ the row's weighted Huber gradient is as large
     as it can be on both sides); a planted pair at the upper corner with the arm flipped; a row
     replaced by a random corner of the bounds; and by a random row. Every fifth pair is the
-    outcome flip on a quiet second half (:func:`_quiet_pair`).
+    outcome flip on a quiet second half (:func:`_quiet_pair`); pairs 3, 13, 23, … plant a
+    nuisance pair on a quiet first half, alternately for the propensity and the outcome model
+    (:func:`_quiet_nuisance_pair`).
     """
     setup = _setup(spec, len(frame))
     domain = _domain(spec, setup)
@@ -112,6 +114,11 @@ def neighbours(spec: CateSpec, frame: pd.DataFrame, rng: np.random.Generator,
     for j in range(k):
         if j % 5 == 4:
             yield _quiet_pair(spec, setup, frame, blocks[1], domain.corner_row(rng), rng)
+            continue
+        if j % 10 == 3:
+            idx = int(blocks[0][int(rng.integers(len(blocks[0])))])
+            yield _quiet_nuisance_pair(spec, setup, frame, blocks[0], idx,
+                                       propensity=(j // 10) % 2 == 0)
             continue
         i = j - j // 5
         b = i % 2
@@ -157,6 +164,43 @@ def _quiet_pair(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame,
     row = {**corner, cols.treatment: spec.cate.treated}
     return (f"second-half row {idx} planted at a corner, treated, Y top vs bottom, every other "
             "second-half row untreated at the centre", replace_one(base, idx, {**row, cols.outcome: y_hi}),
+            replace_one(base, idx, {**row, cols.outcome: y_lo}))
+
+
+def _quiet_nuisance_pair(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame,
+                         first: npt.NDArray[np.intp], idx: int, *, propensity: bool) -> Pair:
+    """A nuisance pair on a quiet first half: every other first-half row untreated at the lower
+    corner of the box (x̃ = the intercept alone) with Y at the centre; row ``idx`` at the upper
+    corner (the largest ‖x̃‖), with the arm flipped (``propensity``) or treated with Y top vs
+    bottom (the outcome model).
+
+    The quiet rows leave the treated arm's ridge empty and curve the logistic objective along the
+    intercept only, so the planted row's gradient change moves θ̂ by ≈ its whole size over mλ.
+    That is all a pair can reach here, and less than the stated sensitivities: the label flip
+    changes the logistic gradient (σ(θᵀx̃) − A)x̃ by exactly x̃ (norm ≤ 1 of the bound's 2), and
+    the ridge gradient at one x̃ by 2h·x̃ of the bound's 2G = 2h(1 + 1/√λ) (G uses the crude
+    ‖θ̂‖ ≤ h/√λ). Measured on the default audit: 0.43 and 0.18 of the stated values
+    (benchmarks/RESULTS.md).
+    """
+    cols = setup.columns
+    y_lo, y_hi = setup.y_bounds
+    domain = _domain(spec, setup)
+    quiet: dict[str, Any] = {**{c: domain.numeric[c][0] for c in cols.covariates},
+             cols.treatment: spec.cate.control_label(), cols.outcome: 0.5 * (y_lo + y_hi)}
+    base = frame.copy()
+    for col, val in quiet.items():
+        base.loc[base.index[first], col] = val
+    upper: dict[str, Any] = {c: domain.numeric[c][1] for c in cols.covariates}
+    if propensity:
+        row = {**upper, cols.outcome: 0.5 * (y_lo + y_hi)}
+        return (f"first-half row {idx} planted at the upper corner, arm flipped, every other "
+                "first-half row untreated at the lower corner",
+                replace_one(base, idx, {**row, cols.treatment: spec.cate.treated}),
+                replace_one(base, idx, {**row, cols.treatment: spec.cate.control_label()}))
+    row = {**upper, cols.treatment: spec.cate.treated}
+    return (f"first-half row {idx} planted at the upper corner, treated, Y top vs bottom, every "
+            "other first-half row untreated at the lower corner",
+            replace_one(base, idx, {**row, cols.outcome: y_hi}),
             replace_one(base, idx, {**row, cols.outcome: y_lo}))
 
 

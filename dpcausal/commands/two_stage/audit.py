@@ -31,6 +31,7 @@ from dpcausal.audit.estimators import EventLoss
 from dpcausal.audit.neighbours import Pair, RowDomain, replace_one
 from dpcausal.audit.privacy import AuditAdapter
 from dpcausal.commands.two_stage import center
+from dpcausal.commands.two_stage.audit_pairs import planted_pair
 from dpcausal.commands.two_stage.method import METHOD
 from dpcausal.commands.two_stage.privacy import OBJECTIVE_STAGE
 from dpcausal.commands.two_stage.setup import (
@@ -62,7 +63,8 @@ def synthesize(spec: TwoStageSpec, n: int, rng: np.random.Generator) -> pd.DataF
 
 def neighbours(spec: TwoStageSpec, frame: pd.DataFrame, rng: np.random.Generator,
                k: int) -> Iterator[Pair]:
-    """``k`` replace-one-row pairs around ``frame``, cycling through four kinds, adversarial first.
+    """``k`` replace-one-row pairs around ``frame``: first the searched planted pair that reaches
+    ζ·W̄₁ˢ (:func:`~dpcausal.commands.two_stage.audit_pairs.planted_pair`), then four kinds in turn.
 
     A planted pair at the upper corner with the arm flipped (t = 2(y − c)ã changes sign: the
     replaced record's gradients are anti-parallel, the E1 case); a planted pair at a random corner
@@ -72,10 +74,14 @@ def neighbours(spec: TwoStageSpec, frame: pd.DataFrame, rng: np.random.Generator
     domain = _domain(spec)
     outcome = build_setup(spec).columns.outcome
     lo, hi = domain.numeric[outcome]
+    plan = METHOD.plan(spec, len(frame), {}, rng=np.random.default_rng(0))  # public: λ₁
+    setup = with_radius(build_setup(spec), plan.details)
     for i in range(k):
         idx = int(rng.integers(len(frame)))
         kind = i % 4
-        if kind == 0:
+        if i == 0:
+            yield planted_pair(spec, setup, frame, idx)
+        elif kind == 0:
             a, b = domain.extreme_pair(rng)
             yield (f"row {idx} planted at the upper corner, arm flipped",
                    replace_one(frame, idx, a), replace_one(frame, idx, b))
