@@ -65,8 +65,15 @@ def _box_moments(box: BoxFeatures) -> tuple[float, float]:
     return mean_sq, sc2 / 12.0
 
 
-def _choose(noise_at: dict[float, float], curvature: float, effect: float, rule: str
-            ) -> PenaltyChoice:
+def given_penalty(l2: float) -> PenaltyChoice:
+    """A penalty the spec gives (no proxies: the dry run reports no kept share for it)."""
+    return PenaltyChoice(l2, math.nan, math.nan, "given in the spec")
+
+
+def choose_penalty(noise_at: dict[float, float], curvature: float, effect: float, rule: str
+                   ) -> PenaltyChoice:
+    """The λ of ``noise_at`` (candidate λ → the proxy noise sd at λ) minimising (noise sd)² +
+    (effect·λ/(λ + curvature))², with its proxies (module docstring)."""
     best = min(noise_at, key=lambda lam: noise_at[lam] ** 2
                + (effect * lam / (lam + curvature)) ** 2)
     return PenaltyChoice(float(best), noise_at[best], curvature / (curvature + best), rule)
@@ -81,7 +88,7 @@ def propensity_penalty(box: BoxFeatures, epsilon: float, delta: float, m: int) -
         if learner.problem() is None:
             sigma = analytic_gaussian_sigma(epsilon, delta, learner.sensitivity)
             noise[float(lam)] = sigma * math.sqrt(mean_sq)
-    return _choose(noise, 0.25 * var, PROPENSITY_EFFECT,
+    return choose_penalty(noise, 0.25 * var, PROPENSITY_EFFECT,
                    "argmin over λ of (noise sd of the logit)² + (1 logit × λ/(λ + I))², "
                    "covariates uniform on their box")
 
@@ -97,6 +104,26 @@ def outcome_penalty(box: BoxFeatures, y_bounds: tuple[float, float], epsilon: fl
             sigma = analytic_gaussian_sigma(epsilon, delta, learner.sensitivity)
             noise[float(lam)] = sigma * math.sqrt(mean_sq)
     effect = OUTCOME_EFFECT * (y_bounds[1] - y_bounds[0])
-    return _choose(noise, 0.5 * var, effect,
+    return choose_penalty(noise, 0.5 * var, effect,
                    "argmin over λ of (noise sd of μ̂)² + (range/4 × λ/(λ + I))², covariates "
                    "uniform on their box")
+
+
+def shrinkage_warnings(choices: dict[str, PenaltyChoice | None], details: dict[str, object],
+                       tail: str = "") -> list[str]:
+    """Record each chosen penalty and its kept share in ``details`` (the dry run prints them);
+    return a warning (ending in ``tail``) for each that keeps less than half of a covariate's
+    effect."""
+    out = []
+    for what, choice in choices.items():
+        if choice is None or not math.isfinite(choice.kept):
+            continue
+        details[f"{what}_l2"] = choice.l2
+        details[f"{what}_kept_share_of_effect"] = choice.kept
+        if choice.kept < 0.5:
+            out.append(
+                f"the {what} model's penalty λ = {choice.l2:.3g} keeps only "
+                f"{100 * choice.kept:.0f}% of a covariate's effect even if the covariates "
+                "filled their bounds (less if they fill part of them): at this ε and n the "
+                f"{what} model is mostly shrunk{tail}")
+    return out
