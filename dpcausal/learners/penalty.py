@@ -51,10 +51,12 @@ class PenaltyChoice:
     """I/(I + λ): the share of a covariate's effect the fit keeps under the uniform-box proxy."""
     rule: str
 
-    def to_dict(self) -> dict[str, float | str]:
-        """The plan's record of the choice."""
-        return {"l2": self.l2, "predicted_noise_sd": self.noise_sd,
-                "kept_share_of_effect": self.kept, "rule": self.rule}
+    def to_dict(self) -> dict[str, float | str | None]:
+        """The plan's record of the choice (no proxies, None, for a penalty the spec gives)."""
+        return {"l2": self.l2,
+                "predicted_noise_sd": self.noise_sd if math.isfinite(self.noise_sd) else None,
+                "kept_share_of_effect": self.kept if math.isfinite(self.kept) else None,
+                "rule": self.rule}
 
 
 def _box_moments(box: BoxFeatures) -> tuple[float, float]:
