@@ -29,6 +29,7 @@ import numpy as np
 
 from dpcausal.learners.dp_features import BoxFeatures
 from dpcausal.learners.dp_logistic import DPLogistic
+from dpcausal.learners.dp_multinomial import DPMultinomial
 from dpcausal.learners.dp_ridge import DPRidgeArms
 from dpcausal.mechanisms import analytic_gaussian_sigma
 
@@ -81,12 +82,17 @@ def choose_penalty(noise_at: dict[float, float], curvature: float, effect: float
     return PenaltyChoice(float(best), noise_at[best], curvature / (curvature + best), rule)
 
 
-def propensity_penalty(box: BoxFeatures, epsilon: float, delta: float, m: int) -> PenaltyChoice:
-    """The default λ of :class:`DPLogistic` on m rows at (ε, δ) (module docstring)."""
+def propensity_penalty(box: BoxFeatures, epsilon: float, delta: float, m: int,
+                       arms: int = 2) -> PenaltyChoice:
+    """The default λ of :class:`DPLogistic` (or, for ``arms`` ≥ 3, of :class:`DPMultinomial`, over
+    the penalties its solve can guarantee and at its sensitivity) on m rows at (ε, δ) (module
+    docstring)."""
     mean_sq, var = _box_moments(box)
     noise: dict[float, float] = {}
     for lam in GRID:
-        learner = DPLogistic(box, float(lam), epsilon, delta, m)
+        learner: DPLogistic | DPMultinomial = (
+            DPLogistic(box, float(lam), epsilon, delta, m) if arms <= 2
+            else DPMultinomial(box, float(lam), epsilon, delta, m, arms))
         if learner.problem() is None:
             sigma = analytic_gaussian_sigma(epsilon, delta, learner.sensitivity)
             noise[float(lam)] = sigma * math.sqrt(mean_sq)

@@ -203,7 +203,8 @@ def build_setup(spec: CateSpec, n_rows: int) -> CateSetup:
     box = BoxFeatures(bnds[:, 0], bnds[:, 1])
     eps, dlt, share = spec.privacy.epsilon, spec.privacy.delta, sec.nuisance.propensity_share
     prop = (given_penalty(sec.nuisance.propensity_l2) if sec.nuisance.propensity_l2 is not None
-            else propensity_penalty(box, eps * share, dlt * share, n_nuis))
+            else propensity_penalty(box, eps * share, dlt * share, n_nuis,
+                                    len(sec.labels())))
     outm = (given_penalty(sec.nuisance.outcome_l2) if sec.nuisance.outcome_l2 is not None
             else outcome_penalty(box, columns.outcome_bounds, eps * (1 - share),
                                  dlt * (1 - share), n_nuis))
