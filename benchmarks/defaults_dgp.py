@@ -92,8 +92,10 @@ def nhefs(n: int, rng: np.random.Generator) -> Draw:
     return Draw(x, a, y0, y1, p)
 
 
-def nsw(n: int, rng: np.random.Generator) -> Draw:
-    """An NSW-shaped randomised draw in dollars (module docstring)."""
+def nsw(n: int, rng: np.random.Generator, *, effect: str = "varied") -> Draw:
+    """An NSW-shaped randomised draw in dollars (module docstring). ``effect="flat"``: the same
+    +$1,800 for everyone (the experimental NSW's ATE; treating everyone is the best rule), so an
+    unpenalised rule fitted on 445 rows only adds sampling noise (owl's ``lambda: auto`` test)."""
     age = np.clip(rng.normal(25, 7, n), 17, 55)
     educ = np.clip(np.round(rng.normal(10.2, 1.8, n)), 3, 16)
     black = rng.binomial(1, 0.83, n)
@@ -105,6 +107,8 @@ def nsw(n: int, rng: np.random.Generator) -> Draw:
                     np.clip(0.5 * re74 + rng.gamma(1.2, 3000, n), 0, 40000))
     a = rng.binomial(1, NSW_PROPENSITY, n)
     tau = 1800.0 - 400.0 * (age - 25) - 0.5 * re75 + 1500.0 * (nodeg - 0.7)
+    if effect == "flat":
+        tau = np.full(n, 1800.0)
     base = 4500 + 120 * (age - 25) + 300 * (educ - 10) + 0.15 * re74 + 0.25 * re75 - 800 * black
     work = rng.uniform(size=n) < 0.7
     noise = rng.gamma(1.3, 4500, n) - 5800

@@ -59,6 +59,7 @@ def test_cate_intervals_cover_at_their_rate(workdir: Path, monkeypatch: pytest.M
 def test_cate_clamps_and_the_plot_names_the_fixed_covariates(workdir: Path) -> None:
     doc = yaml.safe_load((workdir / "configs" / "cate.yaml").read_text())
     doc["privacy"]["epsilon"] = 0.05  # mostly noise: values beyond ±(outcome range) get clamped
+    doc["cate"]["ridge"] = 0.0258  # the old 1/√n (the total-error rule would shrink instead)
     doc.pop("ledger")
     path = write_yaml(workdir / "noisy.yaml", doc)
     res = invoke(["cate", "--spec", path, "--test-noise-seed", "3", "--json"])

@@ -149,6 +149,7 @@ def _reference_tau(frame: pd.DataFrame, spec: CateSpec, grid: np.ndarray) -> np.
 def test_at_huge_epsilon_the_release_equals_a_reference_learner(learner: str) -> None:
     frame = dataset1(600, 3)
     spec = make_spec(learner=learner, huber_c=1e4, bandwidth=0.3, ridge=0.01,
+                     nuisance={"propensity_l2": 0.05, "outcome_l2": 0.05},
                      privacy={"epsilon": 1e20, "delta": 1e-6})
     pl = plan(spec, len(frame), {}, rng=np.random.default_rng(0))
     rel = run(spec, frame, pl, {}, rng=np.random.default_rng(0),
@@ -175,7 +176,8 @@ def test_plan_events_and_parallel_composition() -> None:
     factor = max(1.0, 4 / (math.sqrt(2 * math.pi) * 1.0))
     expected = factor * lw * math.sqrt(2 * math.log(2 / 1e-6)) / (setup.lam0 * 500 * 2.0)
     assert pl.events[2].noise_scale == pytest.approx(expected, rel=1e-5)
-    assert setup.lam0 == pytest.approx(1 / math.sqrt(500))
+    assert setup.ridge_choice is not None  # the total-error rule (test_cate_defaults.py)
+    assert setup.lam0 == setup.ridge_choice.l2
 
 
 @pytest.mark.parametrize(("q", "h", "paper_safe"), [(2, 1.0, True), (2, 5.0, False),

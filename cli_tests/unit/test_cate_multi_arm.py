@@ -166,7 +166,8 @@ def test_plan_states_the_joint_release_and_each_contrast() -> None:
     setup = build_setup(spec, 400)
     assert fn.sensitivity == pytest.approx(
         noise_factor(spec, setup) * math.sqrt(2.0) * setup.rkhs_sensitivity)
-    assert ev["cate.nuisance.propensity"].sensitivity > 2 * math.sqrt(2.0) / (200 * 0.05)
+    lam = setup.propensity_l2.l2  # the total-error rule's (test_cate_defaults.py)
+    assert ev["cate.nuisance.propensity"].sensitivity > 2 * math.sqrt(2.0) / (200 * lam)
     assert "'low' vs control 'placebo'" in p.details["contrast 1"]
     assert "'high' vs control 'placebo'" in p.details["contrast 2"]
     assert f"{split_alternative(spec, setup).sigma:.4g}" in p.details["contrasts_release"]

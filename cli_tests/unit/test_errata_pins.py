@@ -200,7 +200,7 @@ def test_owl_solver_slack_is_in_the_sensitivity(monkeypatch: pytest.MonkeyPatch)
     other.loc[0, "A"] = 0
     seen: list[float] = []
     real = erm.solve_weighted_erm
-    monkeypatch.setattr(owl_estimate, "solve_weighted_erm",
+    monkeypatch.setattr(owl_setup, "solve_weighted_erm",
                         lambda *a, **k: (seen.append(a[3].stop_tol), real(*a, **k))[1])
     ends = []
     for data in (frame, other):

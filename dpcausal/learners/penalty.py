@@ -29,6 +29,7 @@ import numpy as np
 
 from dpcausal.learners.dp_features import BoxFeatures
 from dpcausal.learners.dp_logistic import DPLogistic
+from dpcausal.learners.dp_multinomial import DPMultinomial
 from dpcausal.learners.dp_ridge import DPRidgeArms
 from dpcausal.mechanisms import analytic_gaussian_sigma
 
@@ -51,10 +52,12 @@ class PenaltyChoice:
     """I/(I + λ): the share of a covariate's effect the fit keeps under the uniform-box proxy."""
     rule: str
 
-    def to_dict(self) -> dict[str, float | str]:
-        """The plan's record of the choice."""
-        return {"l2": self.l2, "predicted_noise_sd": self.noise_sd,
-                "kept_share_of_effect": self.kept, "rule": self.rule}
+    def to_dict(self) -> dict[str, float | str | None]:
+        """The plan's record of the choice (no proxies, None, for a penalty the spec gives)."""
+        return {"l2": self.l2,
+                "predicted_noise_sd": self.noise_sd if math.isfinite(self.noise_sd) else None,
+                "kept_share_of_effect": self.kept if math.isfinite(self.kept) else None,
+                "rule": self.rule}
 
 
 def _box_moments(box: BoxFeatures) -> tuple[float, float]:
@@ -65,23 +68,35 @@ def _box_moments(box: BoxFeatures) -> tuple[float, float]:
     return mean_sq, sc2 / 12.0
 
 
-def _choose(noise_at: dict[float, float], curvature: float, effect: float, rule: str
-            ) -> PenaltyChoice:
+def given_penalty(l2: float) -> PenaltyChoice:
+    """A penalty the spec gives (no proxies: the dry run reports no kept share for it)."""
+    return PenaltyChoice(l2, math.nan, math.nan, "given in the spec")
+
+
+def choose_penalty(noise_at: dict[float, float], curvature: float, effect: float, rule: str
+                   ) -> PenaltyChoice:
+    """The λ of ``noise_at`` (candidate λ → the proxy noise sd at λ) minimising (noise sd)² +
+    (effect·λ/(λ + curvature))², with its proxies (module docstring)."""
     best = min(noise_at, key=lambda lam: noise_at[lam] ** 2
                + (effect * lam / (lam + curvature)) ** 2)
     return PenaltyChoice(float(best), noise_at[best], curvature / (curvature + best), rule)
 
 
-def propensity_penalty(box: BoxFeatures, epsilon: float, delta: float, m: int) -> PenaltyChoice:
-    """The default λ of :class:`DPLogistic` on m rows at (ε, δ) (module docstring)."""
+def propensity_penalty(box: BoxFeatures, epsilon: float, delta: float, m: int,
+                       arms: int = 2) -> PenaltyChoice:
+    """The default λ of :class:`DPLogistic` (or, for ``arms`` ≥ 3, of :class:`DPMultinomial`, over
+    the penalties its solve can guarantee and at its sensitivity) on m rows at (ε, δ) (module
+    docstring)."""
     mean_sq, var = _box_moments(box)
     noise: dict[float, float] = {}
     for lam in GRID:
-        learner = DPLogistic(box, float(lam), epsilon, delta, m)
+        learner: DPLogistic | DPMultinomial = (
+            DPLogistic(box, float(lam), epsilon, delta, m) if arms <= 2
+            else DPMultinomial(box, float(lam), epsilon, delta, m, arms))
         if learner.problem() is None:
             sigma = analytic_gaussian_sigma(epsilon, delta, learner.sensitivity)
             noise[float(lam)] = sigma * math.sqrt(mean_sq)
-    return _choose(noise, 0.25 * var, PROPENSITY_EFFECT,
+    return choose_penalty(noise, 0.25 * var, PROPENSITY_EFFECT,
                    "argmin over λ of (noise sd of the logit)² + (1 logit × λ/(λ + I))², "
                    "covariates uniform on their box")
 
@@ -97,6 +112,26 @@ def outcome_penalty(box: BoxFeatures, y_bounds: tuple[float, float], epsilon: fl
             sigma = analytic_gaussian_sigma(epsilon, delta, learner.sensitivity)
             noise[float(lam)] = sigma * math.sqrt(mean_sq)
     effect = OUTCOME_EFFECT * (y_bounds[1] - y_bounds[0])
-    return _choose(noise, 0.5 * var, effect,
+    return choose_penalty(noise, 0.5 * var, effect,
                    "argmin over λ of (noise sd of μ̂)² + (range/4 × λ/(λ + I))², covariates "
                    "uniform on their box")
+
+
+def shrinkage_warnings(choices: dict[str, PenaltyChoice | None], details: dict[str, object],
+                       tail: str = "") -> list[str]:
+    """Record each chosen penalty and its kept share in ``details`` (the dry run prints them);
+    return a warning (ending in ``tail``) for each that keeps less than half of a covariate's
+    effect."""
+    out = []
+    for what, choice in choices.items():
+        if choice is None or not math.isfinite(choice.kept):
+            continue
+        details[f"{what}_l2"] = choice.l2
+        details[f"{what}_kept_share_of_effect"] = choice.kept
+        if choice.kept < 0.5:
+            out.append(
+                f"the {what} model's penalty λ = {choice.l2:.3g} keeps only "
+                f"{100 * choice.kept:.0f}% of a covariate's effect even if the covariates "
+                "filled their bounds (less if they fill part of them): at this ε and n the "
+                f"{what} model is mostly shrunk{tail}")
+    return out

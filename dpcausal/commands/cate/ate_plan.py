@@ -25,6 +25,7 @@ from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.commands.common import row_split
 from dpcausal.errors import SpecError
 from dpcausal.learners.dp_means import DPArmMeans
+from dpcausal.learners.penalty import shrinkage_warnings
 
 UNITS = {
     "estimate": "R = sup u - inf u over the domain given the released nuisance models",
@@ -149,20 +150,11 @@ def ate_plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
     if ate.groups:
         details["note_groups"] = ("a group's half-width grows like 1/(its size), which is private: "
                                   "it is not predicted; its released size is in ate.csv")
-    warnings = []
-    for what, choice in (("propensity", setup.propensity_l2), ("outcome", setup.outcome_l2)):
-        if choice is not None and math.isfinite(choice.kept):
-            details[f"{what}_l2"] = choice.l2
-            details[f"{what}_kept_share_of_effect"] = choice.kept
-            if choice.kept < 0.5:
-                warnings.append(
-                    f"the {what} model's penalty λ = {choice.l2:.3g} keeps only "
-                    f"{100 * choice.kept:.0f}% of a covariate's effect even if the covariates "
-                    "filled their bounds (less if they fill part of them): at this ε and n the "
-                    f"{what} model is mostly shrunk, and the doubly robust correction relies on "
-                    "the other model; the total interval does not include the confounding this "
-                    "can leave (on an NHEFS-shaped observational simulation it covered 80% at a "
-                    "nominal 95%: benchmarks/RESULTS.md)")
+    warnings = shrinkage_warnings(
+        {"propensity": setup.propensity_l2, "outcome": setup.outcome_l2}, details,
+        ", and the doubly robust correction relies on the other model; the total interval does "
+        "not include the confounding this can leave (on an NHEFS-shaped observational "
+        "simulation it covered 80% at a nominal 95%: benchmarks/RESULTS.md)")
     if warnings:
         details["warning"] = " | ".join(warnings)
     composition = {"all": "the nuisance models and the score releases read every row: their ε "

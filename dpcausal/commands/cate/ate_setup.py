@@ -20,7 +20,12 @@ from dpcausal.learners.dp_features import BoxFeatures
 from dpcausal.learners.dp_logistic import DPLogistic
 from dpcausal.learners.dp_means import DPArmMeans
 from dpcausal.learners.dp_ridge import DPRidgeArms
-from dpcausal.learners.penalty import PenaltyChoice, outcome_penalty, propensity_penalty
+from dpcausal.learners.penalty import (
+    PenaltyChoice,
+    given_penalty,
+    outcome_penalty,
+    propensity_penalty,
+)
 from dpcausal.mechanisms import LaplaceMechanism
 
 FloatArray = npt.NDArray[np.float64]
@@ -92,7 +97,7 @@ class AteSetup:
 
 def _l2(given: float | None, choose: Any) -> PenaltyChoice:
     if given is not None:
-        return PenaltyChoice(given, math.nan, math.nan, "given in the spec")
+        return given_penalty(given)
     choice: PenaltyChoice = choose()
     return choice
 

@@ -32,6 +32,7 @@ from dpcausal.commands.cate.setup import (
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.commands.common import row_split
 from dpcausal.errors import SpecError
+from dpcausal.learners.penalty import shrinkage_warnings
 from dpcausal.mechanisms.noise_law import gaussian_halfwidth
 
 
@@ -88,7 +89,9 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
         "fallback runs; never refuses after the data is read" + (
             f"; the sensitivity includes its slack tau/lambda0 = {acc.tol / setup.lam0:.3g}"
             if sec.mode == "function" else ""))
-    warnings: list[str] = []
+    penalties = {"propensity": setup.propensity_l2, "outcome": setup.outcome_l2,
+                 "second_stage": setup.ridge_choice}
+    warnings = shrinkage_warnings(penalties, details)
     if sec.mode == "function":
         mech = function_mechanism(spec, setup)
         ev = mech.event()
@@ -159,6 +162,7 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
                          "propensity_l2": prop.l2,
                          "outcome_l2": out.l2,
                          "propensity_share": sec.nuisance.propensity_share},
+            "penalties": {k: c.to_dict() for k, c in penalties.items() if c is not None},
             **setup.public_dict(),
             "one_row_per_individual": True,
         },

@@ -13,9 +13,6 @@ from dpcausal.learners.dp_ridge import DPRidgeArms
 from dpcausal.mechanisms import GaussianProcessMechanism
 from dpcausal.mechanisms.gaussian_vector import GaussianNoiseVector
 
-LEGACY_L2 = 0.05
-"""The nuisance penalties of the τ(x) release when the spec gives none."""
-
 
 def nuisance_learners(spec: CateSpec, setup: CateSetup) -> tuple[DPLogistic, DPRidgeArms]:
     """Stage-1 learners with their shares of (ε, δ) on D̃ (two arms).
@@ -34,7 +31,7 @@ def nuisance_learners(spec: CateSpec, setup: CateSetup) -> tuple[DPLogistic, DPR
     eps, dlt = spec.privacy.epsilon, spec.privacy.delta
     nu = spec.cate.nuisance
     s = nu.propensity_share
-    prop = DPLogistic(setup.box, nu.propensity_l2 or LEGACY_L2, eps * s, dlt * s, setup.n_nuisance)
+    prop = DPLogistic(setup.box, setup.propensity_l2.l2, eps * s, dlt * s, setup.n_nuisance)
     return prop, outcome_learner(spec, setup)
 
 
@@ -47,7 +44,7 @@ def arm_nuisance_learners(spec: CateSpec, setup: CateSetup) -> tuple[DPMultinomi
     eps, dlt = spec.privacy.epsilon, spec.privacy.delta
     nu = spec.cate.nuisance
     s = nu.propensity_share
-    prop = DPMultinomial(setup.box, nu.propensity_l2 or LEGACY_L2, eps * s, dlt * s,
+    prop = DPMultinomial(setup.box, setup.propensity_l2.l2, eps * s, dlt * s,
                          setup.n_nuisance, len(spec.cate.labels()))
     return prop, outcome_learner(spec, setup)
 
@@ -57,7 +54,7 @@ def outcome_learner(spec: CateSpec, setup: CateSetup) -> DPRidgeArms:
     eps, dlt = spec.privacy.epsilon, spec.privacy.delta
     nu = spec.cate.nuisance
     s = nu.propensity_share
-    return DPRidgeArms(setup.box, nu.outcome_l2 or LEGACY_L2, setup.y_bounds, eps * (1 - s),
+    return DPRidgeArms(setup.box, setup.outcome_l2.l2, setup.y_bounds, eps * (1 - s),
                        dlt * (1 - s), setup.n_nuisance, arms=len(spec.cate.labels()))
 
 

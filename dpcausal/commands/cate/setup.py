@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -18,7 +18,17 @@ from dpcausal.commands.common.columns import ArmColumns
 from dpcausal.errors import DataError, MissingBoundsError, SpecError, UncertifiedModeError
 from dpcausal.frames import numeric_column
 from dpcausal.learners.dp_features import BoxFeatures
+from dpcausal.learners.penalty import (
+    GRID,
+    OUTCOME_EFFECT,
+    PenaltyChoice,
+    choose_penalty,
+    given_penalty,
+    outcome_penalty,
+    propensity_penalty,
+)
 from dpcausal.learners.rounding import cholesky_completes, gamma
+from dpcausal.mechanisms import GaussianProcessMechanism
 from dpcausal.method import SideInput
 
 if TYPE_CHECKING:
@@ -56,6 +66,13 @@ class CateSetup:
     accuracy: RffAccuracy | KrrAccuracy
     """The second-stage solve's public accuracy: :class:`RffAccuracy` (``features: rff``) or
     :class:`KrrAccuracy` (the exact kernel)."""
+    propensity_l2: PenaltyChoice
+    """The propensity model's penalty: the spec's, or the total-error rule's (learners/penalty)."""
+    outcome_l2: PenaltyChoice
+    """The outcome models' penalty: the spec's, or the total-error rule's."""
+    ridge_choice: PenaltyChoice | None = None
+    """λ0 when the total-error rule chose it (:func:`second_stage_ridge`); None when given or
+    the 1/√n default of queries mode."""
 
     @property
     def rff_accuracy(self) -> RffAccuracy | None:
@@ -185,32 +202,98 @@ def build_setup(spec: CateSpec, n_rows: int) -> CateSetup:
             "use cate.features: rff (random Fourier features, any n)")
     columns = ArmColumns.from_spec(spec, "cate")
     bnds = np.array(columns.covariate_bounds, dtype=np.float64)
+    box = BoxFeatures(bnds[:, 0], bnds[:, 1])
+    eps, dlt, share = spec.privacy.epsilon, spec.privacy.delta, sec.nuisance.propensity_share
+    prop = (given_penalty(sec.nuisance.propensity_l2) if sec.nuisance.propensity_l2 is not None
+            else propensity_penalty(box, eps * share, dlt * share, n_nuis,
+                                    len(sec.labels())))
+    outm = (given_penalty(sec.nuisance.outcome_l2) if sec.nuisance.outcome_l2 is not None
+            else outcome_penalty(box, columns.outcome_bounds, eps * (1 - share),
+                                 dlt * (1 - share), n_nuis))
+
+    def at(lam0: float, choice: PenaltyChoice | None = None) -> CateSetup:
+        _check_second_stage_precision(sec.features, n, sec.rff_dim, lam0)
+        dy = columns.outcome_bounds[1] - columns.outcome_bounds[0]
+        lw, how, m_g = _lipschitz(spec, dy, sec.kappa, lam0)
+        c = (sec.huber_c if sec.huber_c is not None else dy / 2.0) \
+            if sec.resolved_loss == "huber" else None
+        acc: RffAccuracy | KrrAccuracy
+        if sec.features == "rff":
+            acc = RffAccuracy(n, 2 * sec.rff_dim, lam0, lw, c is None, omega_error)
+        else:
+            acc = KrrAccuracy(n, q, h, lam0, lw, c is None)
+        problem = acc.problem()
+        if problem is not None:
+            raise SpecError(problem)
+        return CateSetup(columns, box, n_rows, n_nuis, n, h, lam0, sec.kappa, sec.learner,
+                         sec.resolved_loss, c, lw, how, m_g, acc, prop, outm, choice)
+
     q = len(columns.covariates)
     h = sec.bandwidth if sec.bandwidth is not None else math.sqrt(q / 2.0)
-    lam0 = sec.ridge if sec.ridge is not None else 1.0 / math.sqrt(n)
-    _check_second_stage_precision(sec.features, n, sec.rff_dim, lam0)
-    y_lo, y_hi = columns.outcome_bounds
-    dy = y_hi - y_lo
-    lw, how, m_g = _lipschitz(spec, dy, sec.kappa, lam0)
-    c = (sec.huber_c if sec.huber_c is not None else dy / 2.0) if sec.resolved_loss == "huber" \
-        else None
-    acc: RffAccuracy | KrrAccuracy
-    if sec.features == "rff":
-        omega = FourierFeatures.draw(q, sec.rff_dim, h, sec.rff_seed).omega
-        acc = RffAccuracy(n, 2 * sec.rff_dim, lam0, lw, c is None, feature_error(omega))
+    omega_error = (feature_error(FourierFeatures.draw(q, sec.rff_dim, h, sec.rff_seed).omega)
+                   if sec.features == "rff" else 0.0)
+    if sec.ridge is not None:
+        setup = at(sec.ridge)
+    elif sec.mode == "queries":
+        setup = at(1.0 / math.sqrt(n))
     else:
-        acc = KrrAccuracy(n, q, h, lam0, lw, c is None)
-    problem = acc.problem()
-    if problem is not None:
-        raise SpecError(problem)
-    setup = CateSetup(columns, BoxFeatures(bnds[:, 0], bnds[:, 1]), n_rows, n_nuis, n, h, lam0,
-                      sec.kappa, sec.learner, sec.resolved_loss, c, lw, how, m_g, acc)
+        choice = second_stage_ridge(spec, at)
+        setup = at(choice.l2, choice)
     if sec.mode == "function" and sec.sensitivity_formula == "paper" and setup.printed_factor < 1.0:
         raise UncertifiedModeError(
             f"cate.sensitivity_formula: 'paper' (printed Thm 3) under-noises here: (√(2π)h)^q = "
             f"{math.exp(-setup.log_c_k):.4g} > 16 (q = {q}, h = {h:g}), so the printed bound is "
             "below the true RKHS sensitivity (spec E1). Use 'max' (default) or 'corrected'")
     return setup
+
+
+def kernel_mean(q: int, h: float) -> float:
+    """E k0(s, s′) for s, s′ independent and uniform on [0, 1]^q: per axis
+    2∫₀¹ (1 − t) exp(−t²/(2h²)) dt (t = |s − s′| has density 2(1 − t))."""
+    a = h * math.sqrt(2.0)
+    axis = 2.0 * (h * math.sqrt(math.pi / 2.0) * math.erf(1.0 / a)
+                  - h * h * (1.0 - math.exp(-1.0 / (a * a))))
+    return axis**q
+
+
+def second_stage_ridge(spec: CateSpec, at: Callable[[float], CateSetup]) -> PenaltyChoice:
+    """The default λ0 of function mode, chosen for total error from public inputs only.
+
+    λ0 minimises (σ(λ0))² + (B·λ0/(λ0 + I))² over the penalties of
+    :data:`dpcausal.learners.penalty.GRID` whose solve is guaranteed in float64 (the
+    second-stage precision check, the random-feature accuracy), by
+    :func:`dpcausal.learners.penalty.choose_penalty` — the rule of the nuisance penalties. σ(λ0)
+    is the plan's noise sd of each released τ(x) (the Gaussian-process σ, from Δ_ℋ at λ0: exactly
+    what the dry run prints); B = a quarter of the outcome range (the nuisances' effect proxy);
+    I = ρ̄·E k0 the curvature of the loss term along the kernel's top (near-constant)
+    eigenfunction: the squared (or Huber, quadratic near 0) loss weighted by ρ̄ = ¼ for the
+    R-learner (E(A − π)² ≤ ¼) or 1 for the DR-learner, times E k0(s, s′) ≤ its top eigenvalue,
+    for covariates uniform on their box (:func:`kernel_mean`). So I/(I + λ0) is the share of the
+    effect's smooth part the fit keeps (a best case: covariates filling less of their box or a
+    propensity far from ½ have less curvature). Everything is relative to the bounds, n, q, h, ε
+    and δ: rescaling the outcome rescales σ and B alike and leaves λ0 — and the release's law
+    up to the scale — unchanged; as ε → ∞, σ → 0 and λ0 goes to the smallest guaranteed value.
+    """
+    sec = spec.cate
+    rho = 0.25 if sec.learner == "r" else 1.0
+    noise: dict[float, float] = {}
+    for lam in GRID:
+        try:
+            cand = at(float(lam))
+        except SpecError:
+            continue
+        mech = GaussianProcessMechanism(spec.privacy.epsilon, spec.privacy.delta,
+                                        noise_factor(spec, cand) * cand.rkhs_sensitivity,
+                                        cand.bandwidth, sec.calibration)
+        noise[float(lam)] = mech.sigma
+    if not noise:
+        raise SpecError("cate.ridge: no second-stage penalty in 1e-6 … 1 has a float64 solve that "
+                        "cannot fail on this many rows; give cate.ridge", field="cate.ridge")
+    some = at(next(iter(noise)))
+    curvature = rho * kernel_mean(some.q, some.bandwidth)
+    return choose_penalty(noise, curvature, OUTCOME_EFFECT * some.delta_y,
+                          "argmin over λ0 of (noise sd of τ(x))² + (range/4 × λ0/(λ0 + I))², "
+                          "I = ρ̄·E k0 for covariates uniform on their box")
 
 
 def _check_second_stage_precision(features: str, n: int, rff_dim: int, lam0: float) -> None:

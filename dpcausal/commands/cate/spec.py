@@ -25,13 +25,14 @@ class NuisanceSpec(StrictModel):
 
     propensity_l2: PositiveFinite | None = None
     """λ > 0 of the DP propensity model, (1/m)Σ logistic loss + (λ/2)‖θ‖²; its sensitivity is
-    2/(mλ), so a larger λ means less noise and a flatter propensity. Default: estimand cate 0.05;
-    estimand ate the total-error rule (learners/penalty.py: the λ minimising the predicted noise
-    plus the shrinkage of a 1-logit effect, from ε, δ, m and the box), printed by the dry run."""
+    2/(mλ), so a larger λ means less noise and a flatter propensity. Default: the total-error rule
+    (learners/penalty.py: the λ minimising the predicted noise plus the shrinkage of a 1-logit
+    effect, from ε, δ, m and the box), printed by the dry run with the share of an effect it
+    keeps."""
     outcome_l2: PositiveFinite | None = None
     """λ > 0 of each arm's DP outcome ridge, (1/m)Σ ½(θᵀx̃ − r)² + (λ/2)‖θ‖²: larger λ, less
-    noise, more shrinkage. Default: estimand cate 0.05; estimand ate the total-error rule (as
-    propensity_l2, for an effect of a quarter of the outcome range)."""
+    noise, more shrinkage. Default: the total-error rule (as propensity_l2, for an effect of a
+    quarter of the outcome range)."""
     propensity_share: Share = 0.5
     """Fraction in (0, 1) of the nuisances' (ε, δ) spent on the propensity model (default 0.5);
     the rest goes to the two outcome models, noised jointly."""
@@ -118,8 +119,11 @@ class CateSection(MultiArms):
     √(q/2). Smaller h fits finer structure; the function-mode sensitivity grows as h shrinks
     (the paper formula is refused when (√(2π)h)^q > 16)."""
     ridge: PositiveFinite | None = None
-    """λ0 > 0 of (1/n)Σ ρ ℓ(g(X) − φ) + λ0‖g‖² in the unit-diagonal kernel k0; default 1/√n
-    (n = second-half rows). The noise sd scales like 1/(λ0·n·ε); the bias grows with λ0."""
+    """λ0 > 0 of (1/n)Σ ρ ℓ(g(X) − φ) + λ0‖g‖² in the unit-diagonal kernel k0. The noise sd
+    scales like 1/(λ0·n·ε); the bias grows with λ0. Default: function mode, the total-error rule
+    (setup.second_stage_ridge: the λ0 minimising the predicted noise sd of τ(x) plus the shrinkage
+    of an effect of a quarter of the outcome range; the dry run prints the share it keeps);
+    queries mode, 1/√n (n = second-half rows)."""
     loss: Literal["huber", "squared"] | None = None
     """Second-stage loss; default huber (function mode), squared (queries mode, the only one there)."""
     huber_c: PositiveFinite | None = None

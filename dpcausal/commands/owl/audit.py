@@ -18,6 +18,7 @@ from dpcausal.commands.owl.estimate import fit_nonprivate
 from dpcausal.commands.owl.method import METHOD
 from dpcausal.commands.owl.setup import build_setup, prepare
 from dpcausal.commands.owl.spec import OwlSpec, PropensityColumn
+from dpcausal.errors import SpecError
 from dpcausal.method import Release
 
 FloatArray = npt.NDArray[np.float64]
@@ -80,6 +81,10 @@ def quiet_pair(spec: OwlSpec, frame: pd.DataFrame, idx: int
 def pre_noise(spec: OwlSpec, frame: pd.DataFrame, plan: PrivacyPlan,
               side: dict[str, Any]) -> dict[str, FloatArray]:
     """θ̂ before noise (the input of stage ``owl.theta``)."""
+    if spec.owl.ridge_lambda == "auto":
+        raise SpecError("audit privacy: owl's lambda: auto has several stages (trials, selection, "
+                        "release) whose inputs depend on the secret split; audit it with a given "
+                        "lambda, or run its unit tests", field="owl.lambda")
     setup = build_setup(spec)
     data = prepare(spec, setup, frame, spec.data.path)
     return {"owl.theta": fit_nonprivate(setup, data, float(plan.details["gamma"]))}

@@ -35,10 +35,14 @@ def recommend(fmap: FeatureMap, theta: FloatArray, x: FloatArray) -> npt.NDArray
     return np.asarray(fmap.transform(x) @ theta > 0.0)
 
 
-def rule_document(spec: OwlSpec, setup: OwlSetup, theta: FloatArray,
-                  plan: PrivacyPlan) -> dict[str, Any]:
-    """Everything needed to apply the released rule, and nothing private."""
-    ev = plan.events[0]
+def rule_document(spec: OwlSpec, setup: OwlSetup, theta: FloatArray, plan: PrivacyPlan,
+                  selected_lambda: float | None = None) -> dict[str, Any]:
+    """Everything needed to apply the released rule, and nothing private (``selected_lambda``:
+    λ* of ``lambda: auto``, itself a DP output)."""
+    ev = plan.event("owl.theta")
+    selection = {} if selected_lambda is None else {
+        "selected_lambda": selected_lambda,
+        "theta_is": "lambda* x theta_hat(lambda*) (the rule at lambda*, scaled; same sign)"}
     return {
         "format_version": RULE_FORMAT_VERSION,
         "command": "owl",
@@ -50,11 +54,11 @@ def rule_document(spec: OwlSpec, setup: OwlSetup, theta: FloatArray,
         "decision": "recommend treated when score = v(x)·theta > 0, else control (ties: control)",
         "outcome_direction": spec.owl.outcome_direction,
         "privacy": {
-            "epsilon": ev.epsilon, "delta": 0.0,
+            "epsilon": plan.cost.epsilon, "delta": 0.0,
             "guarantee": plan.guarantee if plan.dp_guarantee else "none",
             "dp_guarantee": plan.dp_guarantee,
             "sensitivity": ev.sensitivity, "gamma": plan.details["gamma"],
-            "gamma_source": plan.details["gamma_source"]["source"],
+            "gamma_source": plan.details["gamma_source"]["source"], **selection,
             "weight_bound_W": setup.weight_bound,
             "neighbouring": "replace-one row",
         },
@@ -79,10 +83,11 @@ def apply_rule(doc: dict[str, Any], frame: pd.DataFrame, path: Path | None,
 
 
 def build_release(spec: OwlSpec, setup: OwlSetup, theta: FloatArray, plan: PrivacyPlan,
-                  side: dict[str, pd.DataFrame], facts: dict[str, Any] | None = None) -> Release:
+                  side: dict[str, pd.DataFrame], facts: dict[str, Any] | None = None, *,
+                  selected_lambda: float | None = None) -> Release:
     """rule.json from the released θ (with its noise intervals), recommendations for ``apply_to``,
     the summary (``facts``: public facts of the run, e.g. the engine) and rule.png."""
-    rule = rule_document(spec, setup, theta, plan)
+    rule = rule_document(spec, setup, theta, plan, selected_lambda)
     release = Release(documents={"rule.json": rule})
     summary: dict[str, Any] = {"released_theta_norm": float(np.linalg.norm(theta)), **(facts or {})}
     recs = None

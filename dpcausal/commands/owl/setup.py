@@ -18,7 +18,7 @@ from dpcausal.errors import DataError, MissingBoundsError, SpecError
 from dpcausal.frames import numeric_column, numeric_columns, same_file
 from dpcausal.method import SideInput
 from dpcausal.numerics import UNIT_ROUNDOFF
-from dpcausal.solvers.erm import HuberHinge
+from dpcausal.solvers.erm import HuberHinge, solve_weighted_erm
 from dpcausal.solvers.erm_accuracy import ERMAccuracy
 
 if TYPE_CHECKING:
@@ -82,6 +82,13 @@ class Prepared:
         return self.b_shifted / self.pi_received
 
 
+def fit_nonprivate(setup: OwlSetup, data: Prepared, gamma: float) -> FloatArray:
+    """θ̂ = argmin Σ w_i ℓ(y_i v_iᵀθ) + (γ/2)‖θ‖², within the public distance of
+    ``setup.accuracy(γ, n)``. Not a release: noise it first."""
+    sol = solve_weighted_erm(data.v, data.y, data.w, setup.accuracy(gamma, data.y.size))
+    return sol.theta
+
+
 def build_setup(spec: OwlSpec) -> OwlSetup:
     """Derive the public constants; refuse when a bound the sensitivity needs is missing."""
     sec = spec.owl
@@ -140,6 +147,8 @@ def data_columns(spec: OwlSpec) -> list[str]:
     out = [*cols.covariates, cols.outcome, cols.treatment]
     if isinstance(spec.owl.propensity, PropensityColumn):
         out.append(spec.owl.propensity.column)
+    if spec.owl.auto is not None and spec.owl.auto.split.id_column is not None:
+        out.append(spec.owl.auto.split.id_column)
     return [c for c in out if c is not None]
 
 

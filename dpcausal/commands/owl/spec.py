@@ -8,6 +8,10 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from dpcausal.spec.base import BinaryArms, CommonSpec, PositiveFinite, StrictModel
+from dpcausal.spec.split import RowSplit
+
+AUTO_GRID = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+"""The default public grid of ``lambda: auto`` (unit-free λ)."""
 
 
 class PropensityColumn(StrictModel):
@@ -58,6 +62,26 @@ class TuneSpec(StrictModel):
     never of the release's noise."""
 
 
+class AutoSpec(StrictModel):
+    """``lambda: auto``: λ chosen from a public grid by a private selection on the sensitive rows
+    (:mod:`dpcausal.commands.owl.auto`), at ``share`` of ε; the rest fits the released rule."""
+
+    grid: Annotated[list[PositiveFinite], Field(min_length=2, max_length=50)] = Field(
+        default_factory=lambda: list(AUTO_GRID))
+    """Candidate unit-free λ (2 to 50 values, each > 0; default 10⁻⁶, 10⁻⁵, …, 1). Public: write
+    it without looking at the data. Each candidate costs share·ε/(its count) on the training
+    part, so a longer grid makes each trial noisier."""
+    share: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.2
+    """Share of ε spent on the selection (default 0.2); the released rule gets the rest."""
+    validation_share: Annotated[float, Field(ge=0.1, le=0.9)] = 0.5
+    """Share of the rows (0.1 to 0.9, default 0.5) that score the candidates; the others train
+    them. The parts are disjoint, so the selection costs share·ε once (parallel composition)."""
+    split: RowSplit = Field(default_factory=RowSplit)
+    """Which rows score the candidates: a secret random permutation per run (default; the
+    guarantee holds whatever the row order), or {kind: seeded, seed: N} / {kind: id-hash, column:
+    ID}."""
+
+
 class OwlSection(BinaryArms):
     """The ``owl`` section."""
 
@@ -69,13 +93,19 @@ class OwlSection(BinaryArms):
     """P(treated) fixed by the design: one number in (0, 1) for every row, or {column: NAME,
     floor: π_min} for per-row design probabilities. Never estimated on the sensitive data.
     π_min = min(p, 1 − p) for a number; the noise grows like 1/π_min."""
-    ridge_lambda: Annotated[PositiveFinite | Literal["total"] | None, Field(alias="lambda")] = None
+    ridge_lambda: Annotated[PositiveFinite | Literal["total", "auto"] | None,
+                            Field(alias="lambda")] = None
     """Unit-free ridge penalty λ > 0 of the averaged objective (1/n) Σ (wᵢ/W) ℓ(Aᵢθᵀv(xᵢ)) +
     (λ/2)‖θ‖², i.e. γ = λ·n·W: the weights are divided by their public bound W, so rescaling the
     outcome ($ ↔ k$) leaves the rule and its noise (Δ = 2/(nλ) in θ) unchanged. total (the
     default when neither gamma nor tune is given): the public rule of
-    :mod:`dpcausal.commands.owl.penalty` picks λ from n, ε, the dimension and α. Give at most one
-    of lambda, gamma and tune."""
+    :mod:`dpcausal.commands.owl.penalty` picks λ from n, ε, the dimension and α. auto: a private
+    selection from the public grid of owl.auto at a share of ε (its own events in the plan and the
+    receipt); the released θ is then λ·θ̂ (the same rule, in the units whose noise does not depend
+    on λ). Give at most one of lambda, gamma and tune."""
+    auto: AutoSpec | None = None
+    """Settings of lambda: auto (default grid 10⁻⁶ … 1, share 0.2, half the rows score); only with
+    lambda: auto."""
     gamma: PositiveFinite | None = None
     """The old form, in explicit units: the ridge penalty γ > 0 of the sum-form objective
     Σ wᵢℓ(Aᵢθᵀv(xᵢ)) + (γ/2)‖θ‖², in **outcome units × rows** (the weights wᵢ = B′ᵢ/π carry the
@@ -122,6 +152,8 @@ class OwlSection(BinaryArms):
         if len(given) > 1:
             raise ValueError(f"give at most one of owl.lambda, owl.gamma and owl.tune (got "
                              f"{' and '.join(given)}); without any, lambda: total")
+        if self.auto is not None and self.ridge_lambda != "auto":
+            raise ValueError("owl.auto is only used with lambda: auto")
         if self.rff is not None and self.kernel != "rff":
             raise ValueError("owl.rff is only used with kernel: rff")
         return self
