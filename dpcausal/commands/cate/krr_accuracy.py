@@ -47,12 +47,11 @@ import numpy.typing as npt
 from dpcausal.commands.cate.rff_accuracy import (
     MAX_FALLBACK_STEPS,
     MAX_RELATIVE_SLACK,
-    SOLVER_REL_TOL,
+    RidgeSolveTerms,
 )
 from dpcausal.numerics import (
     SAFETY,
     UNIT_ROUNDOFF,
-    descent_contraction_gap,
     descent_steps,
     gamma,
 )
@@ -73,7 +72,7 @@ def kernel_error(q: int, bandwidth: float) -> float:
 
 
 @dataclass(frozen=True)
-class KrrAccuracy:
+class KrrAccuracy(RidgeSolveTerms):
     """The public certificate and fallback of one exact-kernel second-stage solve.
 
     Parameters
@@ -92,11 +91,6 @@ class KrrAccuracy:
     lam0: float
     lipschitz_w: float
     squared: bool
-
-    @property
-    def radius(self) -> float:
-        """R = L_w/(2λ0) ≥ ‖g*‖_ℋ (rounded up)."""
-        return self.lipschitz_w / (2.0 * self.lam0) * (1.0 + 4.0 * UNIT_ROUNDOFF)
 
     @property
     def g_bound(self) -> float:
@@ -172,57 +166,12 @@ class KrrAccuracy:
         return self._grad_error(self.alpha_l1)
 
     @property
-    def strong(self) -> float:
-        """μ = 2λ0."""
-        return 2.0 * self.lam0
-
-    @property
-    def smoothness(self) -> float:
-        """L = 2(1 + 8u) + 2λ0."""
-        return 2.0 * (1.0 + 8.0 * UNIT_ROUNDOFF) + 2.0 * self.lam0
-
-    @property
-    def step(self) -> float:
-        """s ≤ 2/(L + μ) (rounded down)."""
-        return 2.0 / (self.smoothness + self.strong) * (1.0 - 4.0 * UNIT_ROUNDOFF)
-
-    @property
-    def gap(self) -> float:
-        """1 − q, the contraction of one exact step (rounded down)."""
-        return descent_contraction_gap(self.step, self.strong, self.smoothness)
-
-    @property
     def update_allowance(self) -> float:
         """r ≥ the ℋ-norm (≤ ℓ1) of the rounding of one update α − s·v̂: each entry's product and
         difference, ≤ u(A₁ + 2s‖v̂‖₁)(1 + u) with ‖v̂‖₁ ≤ C + 2λ0A₁ + ε_g."""
         u, a1 = UNIT_ROUNDOFF, self.alpha_l1
         v1 = self.coefficient_bound + 2.0 * self.lam0 * a1 + self.grad_allowance
         return SAFETY * u * (a1 + 2.0 * self.step * v1) * (1.0 + u)
-
-    @property
-    def floor(self) -> float:
-        """(s·ε_g + r)/gap: the fallback's distance bound after infinitely many steps."""
-        return (self.step * self.grad_allowance + self.update_allowance) / self.gap * (1.0 + 1e-9)
-
-    @property
-    def allowance(self) -> float:
-        """A = 1.03·max(ε_g, 2λ0·floor)."""
-        return 1.03 * max(self.grad_allowance, self.strong * self.floor)
-
-    @property
-    def tol(self) -> float:
-        """τ = max(1e-6·L_w/n, 4A): the tolerance on ‖∇J‖_ℋ the sensitivity adds as τ/λ0."""
-        return max(SOLVER_REL_TOL * self.lipschitz_w / self.n, 4.0 * self.allowance)
-
-    @property
-    def target(self) -> float:
-        """d* = 0.99·τ/(2λ0): both ways a solve ends are within d* of g*."""
-        return 0.99 * self.tol / self.strong
-
-    @property
-    def stop_tol(self) -> float:
-        """The certificate's bound on the computed ‖v̂‖₁: 0.99τ − ε_g (≥ 2.9A > 0)."""
-        return 0.99 * self.tol - self.grad_allowance
 
     @property
     def steps(self) -> int:

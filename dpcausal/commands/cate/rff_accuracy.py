@@ -61,8 +61,81 @@ def feature_error(omega: FloatArray) -> float:
                                       + 4.0 * UNIT_ROUNDOFF)
 
 
+class RidgeSolveTerms:
+    """The terms both second-stage certificates share (:class:`RffAccuracy`,
+    :class:`dpcausal.commands.cate.krr_accuracy.KrrAccuracy`): J is μ = 2λ0-strongly convex and
+    L-smooth with L = 2(1 + 8u) + 2λ0 ≥ the largest eigenvalue of ∇²J, so gradient steps of
+    s = 2/(L + μ) contract by q; each subclass supplies its rounding allowances ε_g
+    (:attr:`grad_allowance`) and r (:attr:`update_allowance`), from which the tolerance τ, the
+    target d* and the certificate's stop test follow the same way (module Notes)."""
+
+    n: int
+    lam0: float
+    lipschitz_w: float
+
+    @property
+    def grad_allowance(self) -> float:
+        """ε_g: a public bound on the computed gradient's error (each certificate's own)."""
+        raise NotImplementedError
+
+    @property
+    def update_allowance(self) -> float:
+        """r: a public bound on the rounding of one fallback update (each certificate's own)."""
+        raise NotImplementedError
+
+    @property
+    def radius(self) -> float:
+        """R = L_w/(2λ0) ≥ the minimiser's norm (rounded up)."""
+        return self.lipschitz_w / (2.0 * self.lam0) * (1.0 + 4.0 * UNIT_ROUNDOFF)
+
+    @property
+    def strong(self) -> float:
+        """μ = 2λ0."""
+        return 2.0 * self.lam0
+
+    @property
+    def smoothness(self) -> float:
+        """L = 2(1 + 8u) + 2λ0."""
+        return 2.0 * (1.0 + 8.0 * UNIT_ROUNDOFF) + 2.0 * self.lam0
+
+    @property
+    def step(self) -> float:
+        """s ≤ 2/(L + μ) (rounded down)."""
+        return 2.0 / (self.smoothness + self.strong) * (1.0 - 4.0 * UNIT_ROUNDOFF)
+
+    @property
+    def gap(self) -> float:
+        """1 − q, the contraction of one exact (projected) step (rounded down)."""
+        return descent_contraction_gap(self.step, self.strong, self.smoothness)
+
+    @property
+    def floor(self) -> float:
+        """(s·ε_g + r)/gap: the fallback's distance bound after infinitely many steps."""
+        return (self.step * self.grad_allowance + self.update_allowance) / self.gap * (1.0 + 1e-9)
+
+    @property
+    def allowance(self) -> float:
+        """A = 1.03·max(ε_g, 2λ0·floor)."""
+        return 1.03 * max(self.grad_allowance, self.strong * self.floor)
+
+    @property
+    def tol(self) -> float:
+        """τ = max(1e-6·L_w/n, 4A): the tolerance on ‖∇J‖ the sensitivity adds as τ/λ0."""
+        return max(SOLVER_REL_TOL * self.lipschitz_w / self.n, 4.0 * self.allowance)
+
+    @property
+    def target(self) -> float:
+        """d* = 0.99·τ/(2λ0): both ways a solve ends are within d* of the minimiser."""
+        return 0.99 * self.tol / self.strong
+
+    @property
+    def stop_tol(self) -> float:
+        """The certificate's bound on the computed gradient's norm: 0.99τ − ε_g (≥ 2.9A > 0)."""
+        return 0.99 * self.tol - self.grad_allowance
+
+
 @dataclass(frozen=True)
-class RffAccuracy:
+class RffAccuracy(RidgeSolveTerms):
     """The public certificate and fallback of one random-feature second-stage solve.
 
     Parameters
@@ -85,26 +158,11 @@ class RffAccuracy:
     feature_error: float
 
     @property
-    def radius(self) -> float:
-        """R = L_w/(2λ0) ≥ ‖w*‖ (rounded up)."""
-        return self.lipschitz_w / (2.0 * self.lam0) * (1.0 + 4.0 * UNIT_ROUNDOFF)
-
-    @property
     def w_bound(self) -> float:
         """T = R(1 + 1/n)(1 + 1e-9) ≥ ‖w‖ at every point whose gradient is computed: the
         fallback's points lie in the ball R, and a certified point is within d* ≤ R/n of w*
         (d* = 0.99τ/(2λ0) and the plan refuses τ > L_w/n, :meth:`problem`)."""
         return self.radius * (1.0 + 1.0 / self.n) * (1.0 + 1e-9)
-
-    @property
-    def strong(self) -> float:
-        """μ = 2λ0."""
-        return 2.0 * self.lam0
-
-    @property
-    def smoothness(self) -> float:
-        """L = 2(1 + 8u) + 2λ0 ≥ the largest eigenvalue of ∇²J."""
-        return 2.0 * (1.0 + 8.0 * UNIT_ROUNDOFF) + 2.0 * self.lam0
 
     @property
     def coefficient_bound(self) -> float:
@@ -134,46 +192,11 @@ class RffAccuracy:
         return SAFETY * (rows + sums + tail)
 
     @property
-    def step(self) -> float:
-        """s ≤ 2/(L + μ) (rounded down)."""
-        return 2.0 / (self.smoothness + self.strong) * (1.0 - 4.0 * UNIT_ROUNDOFF)
-
-    @property
-    def gap(self) -> float:
-        """1 − q, the contraction of one exact projected step (rounded down)."""
-        return descent_contraction_gap(self.step, self.strong, self.smoothness)
-
-    @property
     def update_allowance(self) -> float:
         """r ≥ the rounding of one update w − s·ĝ and its projection onto the ball R: ‖w‖ ≤ R(1 +
         (p + 6)u), ‖s·ĝ‖ ≤ s(L·2R + ε_g) ≤ 5R, each coordinate's product and difference ≤ 2u of
         ≤ 6R, the projection's norm and scaling ≤ (p + 6)u·R."""
         return SAFETY * (self.dim + 20.0) * UNIT_ROUNDOFF * self.radius
-
-    @property
-    def floor(self) -> float:
-        """(s·ε_g + r)/gap: the fallback's distance bound after infinitely many steps."""
-        return (self.step * self.grad_allowance + self.update_allowance) / self.gap * (1.0 + 1e-9)
-
-    @property
-    def allowance(self) -> float:
-        """A = 1.03·max(ε_g, 2λ0·floor)."""
-        return 1.03 * max(self.grad_allowance, self.strong * self.floor)
-
-    @property
-    def tol(self) -> float:
-        """τ = max(1e-6·L_w/n, 4A): the tolerance on ‖∇J‖ the sensitivity adds as τ/λ0."""
-        return max(SOLVER_REL_TOL * self.lipschitz_w / self.n, 4.0 * self.allowance)
-
-    @property
-    def target(self) -> float:
-        """d* = 0.99·τ/(2λ0): both ways a solve ends are within d* of w*."""
-        return 0.99 * self.tol / self.strong
-
-    @property
-    def stop_tol(self) -> float:
-        """The certificate's bound on the computed ‖ĝ‖: 0.99τ − ε_g (≥ 2.9A > 0)."""
-        return 0.99 * self.tol - self.grad_allowance
 
     @property
     def steps(self) -> int:
