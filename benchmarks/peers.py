@@ -59,6 +59,20 @@ a = json.loads(sys.argv[1])
 df = pd.read_parquet(a["data"], columns=a["columns"])
 """
 
+DR_NUISANCES = """
+from sklearn.linear_model import LogisticRegression, Ridge
+x = np.clip(df[a["covs"]].to_numpy(float), *a["cov_bounds"])
+y = np.clip(df[a["y"]].to_numpy(float), *a["y_bounds"])
+t = df[a["t"]].to_numpy() == 1
+perm = np.random.default_rng(0).permutation(len(df))
+tr, sc = perm[: len(df) // 2], perm[len(df) // 2:]
+mu = [Ridge(alpha=1.0).fit(x[tr][t[tr] == arm], y[tr][t[tr] == arm]) for arm in (0, 1)]
+ps = LogisticRegression(max_iter=1000).fit(x[tr], t[tr])
+xs, ys, ts = x[sc], y[sc], t[sc]
+mu0, mu1 = mu[0].predict(xs), mu[1].predict(xs)
+"""
+"""The doubly robust peers' nuisances: ridge per arm and a logistic propensity on half the rows."""
+
 PEERS = {
     "owl": """
 from sklearn.linear_model import LogisticRegression
@@ -76,17 +90,7 @@ w = (np.clip(df[a["y"]].to_numpy(float), *a["y_bounds"]) - a["y_bounds"][0]) / n
 clf = LogisticRegression(max_iter=1000).fit(x, t, sample_weight=w)
 result = clf.coef_.ravel().tolist()
 """,
-    "select-policy": """
-from sklearn.linear_model import LogisticRegression, Ridge
-x = np.clip(df[a["covs"]].to_numpy(float), *a["cov_bounds"])
-y = np.clip(df[a["y"]].to_numpy(float), *a["y_bounds"])
-t = df[a["t"]].to_numpy() == 1
-perm = np.random.default_rng(0).permutation(len(df))
-tr, sc = perm[: len(df) // 2], perm[len(df) // 2:]
-mu = [Ridge(alpha=1.0).fit(x[tr][t[tr] == arm], y[tr][t[tr] == arm]) for arm in (0, 1)]
-ps = LogisticRegression(max_iter=1000).fit(x[tr], t[tr])
-xs, ys, ts = x[sc], y[sc], t[sc]
-mu0, mu1 = mu[0].predict(xs), mu[1].predict(xs)
+    "select-policy": DR_NUISANCES + """
 e1 = np.clip(ps.predict_proba(xs)[:, 1], 0.1, 0.9)
 col = {c: j for j, c in enumerate(a["covs"])}
 decisions = []
@@ -106,18 +110,8 @@ e = np.where(pi, e1[:, None], 1 - e1[:, None])
 psi = m + (ts[:, None] == pi) / e * (ys[:, None] - m)
 result = int(np.argmax(psi.mean(axis=0)))
 """,
-    "cate": """
+    "cate": DR_NUISANCES + """
 from sklearn.kernel_approximation import RBFSampler
-from sklearn.linear_model import LogisticRegression, Ridge
-x = np.clip(df[a["covs"]].to_numpy(float), *a["cov_bounds"])
-y = np.clip(df[a["y"]].to_numpy(float), *a["y_bounds"])
-t = df[a["t"]].to_numpy() == 1
-perm = np.random.default_rng(0).permutation(len(df))
-tr, sc = perm[: len(df) // 2], perm[len(df) // 2:]
-mu = [Ridge(alpha=1.0).fit(x[tr][t[tr] == arm], y[tr][t[tr] == arm]) for arm in (0, 1)]
-ps = LogisticRegression(max_iter=1000).fit(x[tr], t[tr])
-xs, ys, ts = x[sc], y[sc], t[sc]
-mu0, mu1 = mu[0].predict(xs), mu[1].predict(xs)
 e = np.clip(ps.predict_proba(xs)[:, 1], 0.05, 0.95)
 pseudo = mu1 - mu0 + ts / e * (ys - mu1) - (1 - ts) / (1 - e) * (ys - mu0)
 rff = RBFSampler(gamma=0.5 / a["bandwidth"] ** 2, n_components=500, random_state=0).fit(xs)
