@@ -72,10 +72,21 @@ class KrrFit:
 
 
 def _objective(alpha: FloatArray, kmat: FloatArray, rho: FloatArray, phi: FloatArray,
-               lam0: float, c: float | None) -> tuple[float, FloatArray]:
+               lam0: float, c: float | None, w: float = 1.0) -> tuple[float, FloatArray]:
+    """(w²·J(α), f̂ = fl(K̂α)): ``w`` a power of two (exact scaling, so comparisons of the value
+    are those of J) chosen from the public L_w so that the squares neither overflow nor underflow
+    at extreme outcome scales (:func:`objective_scale`); f̂ itself is not scaled."""
     f = kmat @ alpha
     n = alpha.shape[0]
-    return float(rho @ huber_value(f - phi, c)) / n + lam0 * float(alpha @ f), f
+    cw = None if c is None else c * w
+    return (float(rho @ huber_value((f - phi) * w, cw)) / n
+            + lam0 * float((alpha * w) @ (f * w))), f
+
+
+def objective_scale(lipschitz_w: float) -> float:
+    """w = 2^−e with L_w = m·2^e (0.5 ≤ m < 1): a public power of two that brings the residuals
+    and coefficients the line search squares to order one (L_w bounds ρ|ℓ′|)."""
+    return math.ldexp(1.0, -math.frexp(lipschitz_w)[1])
 
 
 def gradient_coefficients(alpha: FloatArray, f: FloatArray, rho: FloatArray, phi: FloatArray,
@@ -96,7 +107,8 @@ def _newton(kmat: FloatArray, rho: FloatArray, phi: FloatArray, lam0: float, c: 
     nl = n * lam0
     sqrt_rho = np.sqrt(rho)
     alpha = np.zeros(n)
-    val, f = _objective(alpha, kmat, rho, phi, lam0, c)
+    w = objective_scale(accuracy.lipschitz_w)
+    val, f = _objective(alpha, kmat, rho, phi, lam0, c, w)
     for it in range(1, max_iter + 1):
         r = f - phi
         inside = np.ones(n, dtype=bool) if c is None else np.abs(r) <= c
@@ -129,7 +141,7 @@ def _newton(kmat: FloatArray, rho: FloatArray, phi: FloatArray, lam0: float, c: 
         t = 1.0
         while True:
             cand = alpha + t * step
-            cval, cf = _objective(cand, kmat, rho, phi, lam0, c)
+            cval, cf = _objective(cand, kmat, rho, phi, lam0, c, w)
             if cval <= val + 1e-12 * abs(val) or t < 1e-8:
                 break
             t *= 0.5
