@@ -206,6 +206,7 @@ def setup(command: str, n: int, tmp: Path) -> tuple[Path, dict[str, Any]]:
         doc[section]["library"] = {"path": str(library)}
     if command == "cate":
         doc[section]["features"] = "rff"
+        doc["privacy"]["delta"] = min(doc["privacy"]["delta"], 0.1 / n)  # δ < 1/n at every size
         peer["bandwidth"] = doc[section]["bandwidth"]
     spec = tmp / "spec.yaml"
     spec.write_text(yaml.safe_dump(doc))

@@ -139,3 +139,32 @@ def test_the_constants_are_public_and_scale_free() -> None:
     assert a.stop_tol > 0 and a.target <= a.radius / a.n
     tiny = KrrAccuracy(80, 3, 1.2, 1e-6, 1.0, False).problem()
     assert tiny is not None and "cate.ridge" in tiny
+
+
+@pytest.mark.parametrize("features", ["exact", "rff"])
+def test_the_function_release_adds_the_query_rounding_of_the_exact_kernel(features: str) -> None:
+    """The exact kernel releases fl(K̂_q α), within ε_f of ĝ(x_q) per point and outside ℋ: the
+    release's sensitivity carries 2ε_f/√1e-10 on top of the formula's Δ (random features: no term,
+    their noise is on the weights). Dropping the term fails this test."""
+    from pathlib import Path
+
+    import yaml
+
+    from dpcausal.commands.cate.privacy import function_mechanism, noise_factor
+    from dpcausal.commands.cate.setup import build_setup
+    from dpcausal.commands.cate.spec import CateSpec
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "cate.yaml").read_text())
+    doc["cate"].update(features=features, loss="squared")
+    spec = CateSpec.model_validate(doc)
+    setup = build_setup(spec, 4000)
+    mech = function_mechanism(spec, setup)
+    term = setup.query_rounding
+    if features == "exact":
+        assert setup.krr_accuracy is not None
+        assert term == pytest.approx(2.0 * setup.krr_accuracy.f_error / math.sqrt(1e-10))
+        assert term > 0.0
+    else:
+        assert term == 0.0
+    assert mech.rkhs_sensitivity == pytest.approx(
+        noise_factor(spec, setup) * setup.rkhs_sensitivity + term, rel=1e-12)

@@ -165,7 +165,8 @@ def test_plan_states_the_joint_release_and_each_contrast() -> None:
     assert fn.params["paths"] == 2
     setup = build_setup(spec, 400)
     assert fn.sensitivity == pytest.approx(
-        noise_factor(spec, setup) * math.sqrt(2.0) * setup.rkhs_sensitivity)
+        math.sqrt(2.0) * (noise_factor(spec, setup) * setup.rkhs_sensitivity
+                          + setup.query_rounding))
     lam = setup.propensity_l2.l2  # the total-error rule's (test_cate_defaults.py)
     assert ev["cate.nuisance.propensity"].sensitivity > 2 * math.sqrt(2.0) / (200 * lam)
     assert "'low' vs control 'placebo'" in p.details["contrast 1"]

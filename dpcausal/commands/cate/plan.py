@@ -100,7 +100,8 @@ def plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
             "corrected_rkhs_sensitivity": setup.rkhs_sensitivity,
             "formula_factor": noise_factor(spec, setup), "lipschitz_L_w": setup.lipschitz_w,
             "ridge_lambda0": setup.lam0, "n": setup.n,
-            "sigma_classic": mech.sigma_classic, "sigma_analytic": mech.sigma_analytic})
+            "sigma_classic": mech.sigma_classic, "sigma_analytic": mech.sigma_analytic,
+            "query_rounding_allowance": setup.query_rounding})
         if sec.features == "rff":
             ev = dataclasses.replace(ev, params={
                 **ev.params, "kernel": "random Fourier features of the Gaussian kernel",

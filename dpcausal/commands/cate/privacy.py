@@ -76,6 +76,10 @@ def function_mechanism(spec: CateSpec, setup: CateSetup) -> GaussianProcessMecha
     ``sensitivity_formula: max`` multiplies by max(1, 4√c_K) so that the noise is never below the
     paper's printed Thm 3 (which carries 4(√(2π)h)^{-q} instead of (√(2π)h)^{-q/2}); ``paper`` is
     refused where it is below the corrected bound.
+    The exact kernel's released values are fl(K̂_q α), within ε_f of ĝ at each point, a
+    perturbation outside ℋ: its Mahalanobis norm under the noise covariance σ²(k0(X, X) + τI),
+    τ ≥ 1e-10·d, is ≤ ε_f/√1e-10 per side, so ``setup.query_rounding`` = 2ε_f/√1e-10 is added
+    (triangle inequality in that norm; random features: 0, the noise is on the weights).
     Guarantee: (ε, δ)-DP for the whole function, exact given L_w (Hall et al. 2013, Cor. 9); all
     query points share one GP path. With the nuisances (parallel composition over the disjoint
     halves) the pipeline is (ε, δ)-DP on all rows.
@@ -97,7 +101,8 @@ def function_mechanism(spec: CateSpec, setup: CateSetup) -> GaussianProcessMecha
     factor = noise_factor(spec, setup)
     paths = len(spec.cate.contrast_arms())
     return GaussianProcessMechanism(spec.privacy.epsilon, spec.privacy.delta,
-                                    factor * math.sqrt(paths) * setup.rkhs_sensitivity,
+                                    math.sqrt(paths) * (factor * setup.rkhs_sensitivity
+                                                        + setup.query_rounding),
                                     setup.bandwidth, spec.cate.calibration,
                                     stage="cate.second_stage.function", paths=paths)
 
@@ -107,7 +112,8 @@ def split_alternative(spec: CateSpec, setup: CateSetup) -> GaussianProcessMechan
     per-contrast Δ_ℋ (its σ is never below the joint release's; reported by the plan)."""
     r = len(spec.cate.contrast_arms())
     return GaussianProcessMechanism(spec.privacy.epsilon / r, spec.privacy.delta / r,
-                                    noise_factor(spec, setup) * setup.rkhs_sensitivity,
+                                    noise_factor(spec, setup) * setup.rkhs_sensitivity
+                                    + setup.query_rounding,
                                     setup.bandwidth, spec.cate.calibration,
                                     stage="cate.second_stage.function.split")
 

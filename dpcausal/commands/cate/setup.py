@@ -29,6 +29,7 @@ from dpcausal.learners.penalty import (
 )
 from dpcausal.learners.rounding import cholesky_completes, gamma
 from dpcausal.mechanisms import GaussianProcessMechanism
+from dpcausal.mechanisms.gaussian_process import JITTER_START
 from dpcausal.method import SideInput
 
 if TYPE_CHECKING:
@@ -129,6 +130,16 @@ class CateSetup:
     def rkhs_sensitivity(self) -> float:
         """Δ_ℋ = L_w/(λ0 n) + tol/λ0 (corrected Lemma 1, Eq. 64, with k0(x,x) = 1, plus solver slack)."""
         return self.lipschitz_w / (self.lam0 * self.n) + self.grad_tol / self.lam0
+
+    @property
+    def query_rounding(self) -> float:
+        """2ε_f/√(1e-10), added to the function release's sensitivity (exact kernel; 0 for random
+        features, whose noise is added to the weights): the released values fl(K̂_q α) are each
+        within ε_f of ĝ(x_q) (:attr:`KrrAccuracy.f_error`), a perturbation outside ℋ; under the
+        release's covariance σ²(k0(X, X) + τI), τ ≥ 1e-10·d (``JITTER_START``), its Mahalanobis
+        norm is ≤ √d·ε_f/√τ ≤ ε_f/√1e-10 on each side of a neighbouring pair."""
+        acc = self.krr_accuracy
+        return 0.0 if acc is None else 2.0 * acc.f_error / math.sqrt(JITTER_START)
 
     def public_dict(self) -> dict[str, Any]:
         """The receipt's view of the setup."""
