@@ -457,3 +457,34 @@ def test_cate_exact_kernel_plan_refuses_a_ridge_too_small_before_reading_rows(
     res = run_pair(tmp_path, "cate", doc, [_obs_frame(80, 1.0, seed=6)], ("--dry-run",))[0]
     assert res.exit_code == 2, res.output
     assert "cate.ridge" in res.stderr
+
+
+def test_numeric_warnings_after_the_rows_are_read_reach_no_stream(tmp_path: Path) -> None:
+    """A RuntimeWarning raised while a method runs on the rows (overflow, log of 0) would print a
+    data-dependent line on stderr; the pipeline silences them (whole process, warnings on)."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[2]
+    doc = yaml.safe_load((repo / "configs" / "owl.yaml").read_text())
+    doc.pop("ledger")
+    doc["owl"].pop("apply_to", None)
+    spec = write_yaml(tmp_path / "owl.yaml", doc)
+    script = (
+        "import sys, numpy as np\n"
+        "import dpcausal.commands.owl.estimate as est\n"
+        "real = est.run\n"
+        "def run(*a, **k):\n"
+        "    np.log(np.zeros(1))  # RuntimeWarning: divide by zero, after the rows are read\n"
+        "    return real(*a, **k)\n"
+        "est.run = run\n"
+        "from dpcausal.cli import app\n"
+        f"sys.argv = ['dpcausal', 'owl', '--spec', {str(spec)!r}, '--out', "
+        f"{str(tmp_path / 'o')!r}, '--quiet']\n"
+        "app()\n")
+    res = subprocess.run([sys.executable, "-W", "always", "-c", script], cwd=repo,
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    assert "Warning" not in res.stderr and res.stderr == "", res.stderr
