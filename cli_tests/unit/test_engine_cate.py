@@ -66,9 +66,9 @@ def test_engine_rff_solver_equals_the_in_memory_solver_with_damped_steps(
     signs: list[float] = []
     real = cate_rff._add_gram
 
-    def spy(acc: np.ndarray, z: np.ndarray, w: np.ndarray, sign: float) -> None:
+    def spy(acc: np.ndarray, z: np.ndarray, w: np.ndarray, sign: float, **kw: Any) -> None:
         signs.append(sign)
-        real(acc, z, w, sign)
+        real(acc, z, w, sign, **kw)
 
     monkeypatch.setattr(cate_rff, "_add_gram", spy)
     engine = _batches(s, rho, phi)

@@ -100,12 +100,46 @@ class RffFit:
     iterations: int
 
 
-def _add_gram(acc: FloatArray, z: FloatArray, weights: FloatArray, sign: float) -> None:
-    """acc += sign·Zᵀdiag(weights)Z, in place. NumPy computes ``zwᵀzw`` by BLAS syrk (one
-    triangle, mirrored) and, unlike SciPy's BLAS wrappers, releases the GIL meanwhile, so the
-    workers of a pass add their blocks' Grams at the same time."""
-    zw = z * np.sqrt(weights)[:, None]
-    gram = zw.T @ zw
+class GramScratch:
+    """One worker's reusable buffers for :func:`_add_gram`: the selected, weighted rows and the
+    p × p product. A block's rows are ~32 MB, above the size from which the C allocator maps
+    fresh pages for every array, so fresh temporaries per block cost page faults (system CPU
+    time) on every pass; these are allocated once per pass and worker instead (issue 24)."""
+
+    def __init__(self) -> None:
+        self.rows: FloatArray | None = None
+        self.gram: FloatArray | None = None
+
+    def take(self, k: int, z: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """A (k, p) row buffer (room for all of block ``z``'s rows, so the next blocks fit it)
+        and the (p, p) product buffer."""
+        n, p = z.shape
+        if self.rows is None or self.rows.shape[0] < max(k, n) or self.rows.shape[1] != p:
+            self.rows = np.empty((max(k, n), p))
+        if self.gram is None or self.gram.shape[0] != p:
+            self.gram = np.empty((p, p))
+        return self.rows[:k], self.gram
+
+
+def _add_gram(acc: FloatArray, z: FloatArray, weights: FloatArray, sign: float,
+              sel: BoolArray | None = None, scratch: GramScratch | None = None) -> None:
+    """acc += sign·Z_Sᵀdiag(weights_S)Z_S over the rows S = ``sel`` (None: all), in place.
+    NumPy computes ``zwᵀzw`` by BLAS syrk (one triangle, mirrored) and, unlike SciPy's BLAS
+    wrappers, releases the GIL meanwhile, so the workers of a pass add their blocks' Grams at the
+    same time. With ``scratch`` the rows √w·z and the product go into its buffers (the same
+    numbers as fresh arrays)."""
+    root = np.sqrt(weights if sel is None else weights[sel])[:, None]
+    if scratch is None:
+        zw = (z if sel is None else z[sel]) * root
+        gram = zw.T @ zw
+    else:
+        zw, gram = scratch.take(root.shape[0], z)
+        if sel is None:
+            np.multiply(z, root, out=zw)
+        else:
+            np.compress(sel, z, axis=0, out=zw)
+            zw *= root
+        np.matmul(zw.T, zw, out=gram)
     if sign > 0:
         acc += gram
     else:
@@ -113,16 +147,16 @@ def _add_gram(acc: FloatArray, z: FloatArray, weights: FloatArray, sign: float) 
 
 
 def add_inside_change(d_hess: FloatArray, z: FloatArray, rho: FloatArray, inside: BoolArray,
-                      prev: BoolArray) -> None:
+                      prev: BoolArray, scratch: GramScratch | None = None) -> None:
     """d_hess += Σ ρ z zᵀ over the rows that entered the inside set − over those that left it
     (in place): the change of Z_SᵀW_SZ_S between two iterates."""
     enter = inside & ~prev
     if enter.all():
-        _add_gram(d_hess, z, rho, 1.0)
+        _add_gram(d_hess, z, rho, 1.0, scratch=scratch)
         return
     for sel, sign in ((enter, 1.0), (prev & ~inside, -1.0)):
         if sel.any():
-            _add_gram(d_hess, z[sel], rho[sel], sign)
+            _add_gram(d_hess, z, rho, sign, sel=sel, scratch=scratch)
 
 
 class FeatureCache:
@@ -207,7 +241,7 @@ def rff_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None,
     v = w if step is None else w + step
     bounds = _block_bounds(n, rows or block_rows(p))
 
-    def block_stats(acc: PassStats, i0: int, i1: int) -> None:
+    def block_stats(acc: PassStats, i0: int, i1: int, scratch: GramScratch) -> None:
         zuv, d_hess, loss = acc
         if cache is None:
             z = feats.transform(s[i0:i1])
@@ -235,12 +269,13 @@ def rff_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None,
             prev = np.zeros(i1 - i0, dtype=bool)
         else:
             prev = _inside((f if f is not None and w_in is w else z @ w_in) - ph, c)
-        add_inside_change(d_hess, z, rc, ins, prev)
+        add_inside_change(d_hess, z, rc, ins, prev, scratch)
 
     def worker(k: int) -> PassStats:
         acc = (np.zeros((p, 2)), np.zeros((p, p), order="F"), np.zeros_like(losses))
+        scratch = GramScratch()
         for i0, i1 in bounds[k::Z_THREADS]:
-            block_stats(acc, i0, i1)
+            block_stats(acc, i0, i1, scratch)
         return acc
 
     # in memory, each block's Zv is kept for the next pass, whose w is this pass's v when the
