@@ -49,9 +49,8 @@ reads through pandas."""
 
 RELEASE: dict[str, tuple[str, ...]] = {
     "select-policy": (*BASE, "scipy.linalg", "matplotlib"),
-    # scipy.stats: the Sobol grid of the GP path (qmc)
-    "cate": (*BASE, "scipy.stats", "scipy.optimize", "scipy.integrate", "scipy.linalg",
-             "matplotlib"),
+    # scipy.stats only for the queries-mode γ search (its Sobol points), not this function release
+    "cate": (*BASE, "scipy.optimize", "scipy.linalg", "matplotlib"),
     "synth-control": (*BASE, "matplotlib"),
     "owl": (*BASE, "scipy.optimize", "scipy.integrate", "scipy.linalg", "matplotlib"),
     # with this noise the ℓ1 constraint of stage 2 binds: cvxpy (the interior-point warm start,

@@ -10,7 +10,6 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-from scipy.stats import qmc
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.cate.krr import (
@@ -145,6 +144,8 @@ def second_stage_rff(setup: CateSetup, feats: FourierFeatures, prop: PropensityM
 def search_gamma(spec: CateSpec, setup: CateSetup, fit: KrrFit, rho: FloatArray,
                  prop: PropensityModel, outm: OutcomeModel, sq: FloatArray) -> float:
     """γ(T, D) by search over candidates in the box (a lower bound of the sup; times safety)."""
+    from scipy.stats import qmc  # lazy (issue 24): only this search needs scipy.stats
+
     sec = spec.cate
     sobol = qmc.Sobol(setup.q, scramble=True, seed=np.random.default_rng(SEARCH_SEED))
     m = 1 << max(6, math.ceil(math.log2(sec.search_points)))
