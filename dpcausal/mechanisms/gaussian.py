@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, l2_sensitivity: float)
 
     Solves Φ(Δ/2σ − εσ/Δ) − e^ε Φ(−Δ/2σ − εσ/Δ) = δ; the left side decreases in σ, so the root is
     bracketed and the upper end of the final bracket is returned (never less noise than needed).
+    A function of its three public numbers only, solved once per process for each (issue 24: a
+    cate plan and its run each search ~70 ridges' σ).
     """
     check_epsilon(epsilon)
     check_sensitivity(l2_sensitivity)
@@ -32,6 +35,12 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, l2_sensitivity: float)
         raise ValueError(f"delta must be in (0, 1) for the Gaussian mechanism, got {delta!r}")
     if l2_sensitivity == 0.0:
         return 0.0
+    return _analytic_sigma(float(epsilon), float(delta), float(l2_sensitivity))
+
+
+@functools.lru_cache(maxsize=4096)
+def _analytic_sigma(epsilon: float, delta: float, l2_sensitivity: float) -> float:
+    """:func:`analytic_gaussian_sigma` for checked arguments with Δ > 0."""
     lo, hi = l2_sensitivity * 1e-6, l2_sensitivity
     while _analytic_delta(hi, epsilon, l2_sensitivity) > delta:
         hi *= 2.0
