@@ -237,7 +237,7 @@ def rff_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None,
     n = s.shape[0]
     losses = np.zeros(ts.size if step is not None else 1)
     if n == 0:
-        return np.zeros(p), np.zeros(p), np.zeros((p, p), order="F"), losses
+        return np.zeros(p), np.zeros(p), np.zeros((p, p)), losses
     v = w if step is None else w + step
     bounds = _block_bounds(n, rows or block_rows(p))
 
@@ -272,7 +272,7 @@ def rff_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None,
         add_inside_change(d_hess, z, rc, ins, prev, scratch)
 
     def worker(k: int) -> PassStats:
-        acc = (np.zeros((p, 2)), np.zeros((p, p), order="F"), np.zeros_like(losses))
+        acc = (np.zeros((p, 2)), np.zeros((p, p)), np.zeros_like(losses))
         scratch = GramScratch()
         for i0, i1 in bounds[k::Z_THREADS]:
             block_stats(acc, i0, i1, scratch)
