@@ -19,6 +19,7 @@ Both draw Y(0) and Y(1) from the same random numbers, so a rule's value on a tes
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,8 +68,14 @@ class Draw:
         return float(np.mean(np.where(treat, self.y1, self.y0)))
 
 
-def nhefs(n: int, rng: np.random.Generator) -> Draw:
-    """An NHEFS-shaped observational draw (module docstring)."""
+Arrays = dict[str, np.ndarray]
+"""The covariates of one draw by column name (the effect and propensity functions read them)."""
+
+
+def nhefs_shaped(n: int, rng: np.random.Generator, *, logit: Callable[[Arrays], np.ndarray],
+                 tau: Callable[[Arrays], np.ndarray]) -> Draw:
+    """An NHEFS-shaped observational draw with the given treatment logit and effect τ(x) (the
+    covariates, the control outcome and its noise are shared by every NHEFS-shaped simulation)."""
     sex = rng.binomial(1, 0.5, n)
     race = rng.binomial(1, 0.13, n)
     age = np.clip(rng.normal(43, 12, n), 25, 74)
@@ -78,24 +85,30 @@ def nhefs(n: int, rng: np.random.Generator) -> Draw:
     ex = rng.integers(0, 3, n)
     act = rng.integers(0, 3, n)
     wt = np.clip(rng.normal(71, 15, n), 36, 169)
-    logit = (-1.15 - 0.15 * sex - 0.6 * race + 0.045 * (age - 43) + 0.1 * (edu - 3)
-             - 0.03 * (smi - 21) + 0.1 * (ex - 1) + 0.005 * (wt - 71))
-    p = expit(logit)
+    cov = dict(zip(NHEFS_COVARIATES, [sex, race, age, edu, smi, smy, ex, act, wt], strict=True))
+    p = expit(logit(cov))
     a = rng.binomial(1, p)
-    tau = 3.4 - 0.2 * (age - 43)
     mu0 = 2.0 - 0.15 * (age - 43) - 0.03 * (wt - 71) + 0.8 * sex + 0.05 * (smi - 21)
     eps = rng.normal(0, 7.0, n)
     y0 = np.clip(mu0 + eps, *NHEFS_OUTCOME)
-    y1 = np.clip(mu0 + tau + eps, *NHEFS_OUTCOME)
-    x = pd.DataFrame(dict(zip(NHEFS_COVARIATES, [sex, race, age, edu, smi, smy, ex, act, wt],
-                              strict=True)))
-    return Draw(x, a, y0, y1, p)
+    y1 = np.clip(mu0 + tau(cov) + eps, *NHEFS_OUTCOME)
+    return Draw(pd.DataFrame(cov), a, y0, y1, p)
 
 
-def nsw(n: int, rng: np.random.Generator, *, effect: str = "varied") -> Draw:
-    """An NSW-shaped randomised draw in dollars (module docstring). ``effect="flat"``: the same
-    +$1,800 for everyone (the experimental NSW's ATE; treating everyone is the best rule), so an
-    unpenalised rule fitted on 445 rows only adds sampling noise (owl's ``lambda: auto`` test)."""
+def nhefs(n: int, rng: np.random.Generator) -> Draw:
+    """An NHEFS-shaped observational draw (module docstring)."""
+    return nhefs_shaped(
+        n, rng,
+        logit=lambda c: (-1.15 - 0.15 * c["sex"] - 0.6 * c["race"] + 0.045 * (c["age"] - 43)
+                         + 0.1 * (c["education"] - 3) - 0.03 * (c["smokeintensity"] - 21)
+                         + 0.1 * (c["exercise"] - 1) + 0.005 * (c["wt71"] - 71)),
+        tau=lambda c: 3.4 - 0.2 * (c["age"] - 43))
+
+
+def nsw_shaped(n: int, rng: np.random.Generator, *,
+               tau: Callable[[Arrays], np.ndarray]) -> Draw:
+    """An NSW-shaped randomised draw in dollars with the given effect τ(x) (covariates, earnings
+    and the employment share shared by every NSW-shaped simulation)."""
     age = np.clip(rng.normal(25, 7, n), 17, 55)
     educ = np.clip(np.round(rng.normal(10.2, 1.8, n)), 3, 16)
     black = rng.binomial(1, 0.83, n)
@@ -105,18 +118,26 @@ def nsw(n: int, rng: np.random.Generator, *, effect: str = "varied") -> Draw:
     re74 = np.where(rng.uniform(size=n) < 0.73, 0.0, np.clip(rng.gamma(1.2, 7000, n), 0, 40000))
     re75 = np.where(rng.uniform(size=n) < 0.65, 0.0,
                     np.clip(0.5 * re74 + rng.gamma(1.2, 3000, n), 0, 40000))
+    cov = dict(zip(NSW_COVARIATES, [age, educ, black, hisp, married, nodeg, re74, re75],
+                   strict=True))
     a = rng.binomial(1, NSW_PROPENSITY, n)
-    tau = 1800.0 - 400.0 * (age - 25) - 0.5 * re75 + 1500.0 * (nodeg - 0.7)
-    if effect == "flat":
-        tau = np.full(n, 1800.0)
+    effect = tau(cov)
     base = 4500 + 120 * (age - 25) + 300 * (educ - 10) + 0.15 * re74 + 0.25 * re75 - 800 * black
     work = rng.uniform(size=n) < 0.7
     noise = rng.gamma(1.3, 4500, n) - 5800
     y0 = np.where(work, np.clip(base + noise, *NSW_OUTCOME), 0.0)
-    y1 = np.where(work, np.clip(base + tau + noise, *NSW_OUTCOME), 0.0)
-    x = pd.DataFrame(dict(zip(NSW_COVARIATES, [age, educ, black, hisp, married, nodeg, re74, re75],
-                              strict=True)))
-    return Draw(x, a, y0, y1, np.full(n, NSW_PROPENSITY))
+    y1 = np.where(work, np.clip(base + effect + noise, *NSW_OUTCOME), 0.0)
+    return Draw(pd.DataFrame(cov), a, y0, y1, np.full(n, NSW_PROPENSITY))
+
+
+def nsw(n: int, rng: np.random.Generator, *, effect: str = "varied") -> Draw:
+    """An NSW-shaped randomised draw in dollars (module docstring). ``effect="flat"``: the same
+    +$1,800 for everyone (the experimental NSW's ATE; treating everyone is the best rule), so an
+    unpenalised rule fitted on 445 rows only adds sampling noise (owl's ``lambda: auto`` test)."""
+    if effect == "flat":
+        return nsw_shaped(n, rng, tau=lambda c: np.full(len(c["age"]), 1800.0))
+    return nsw_shaped(n, rng, tau=lambda c: (1800.0 - 400.0 * (c["age"] - 25) - 0.5 * c["re75"]
+                                              + 1500.0 * (c["nodegree"] - 0.7)))
 
 
 def nhefs_library() -> list[dict[str, object]]:
