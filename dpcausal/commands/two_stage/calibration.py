@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 Calibration = Literal["safe", "paper"]
 
@@ -129,10 +130,26 @@ def enumerate_two_level(n: int, u_hi: float, u_lo: float) -> dict[str, float]:
     return dict(_enumerate_two_level(n, u_hi, u_lo))
 
 
+FloatArray = npt.NDArray[np.float64]
+
+ENUMERATION_BLOCK = 1 << 15
+"""Values of k per block of :func:`_enumerate_two_level`: its ~30 temporaries stay in the cache
+instead of being allocated at n floats each (the maxima, and so the bounds, are the same)."""
+
+
 @functools.lru_cache(maxsize=8)
 def _enumerate_two_level(n: int, u_hi: float, u_lo: float) -> dict[str, float]:
     """:func:`enumerate_two_level` (its callers get a copy of this cached dict)."""
-    k = np.arange(n, dtype=np.float64)  # 0 .. n-1 others at u_hi
+    best = {"w1s": 0.0, "w2aug": 0.0, "w1_paper": 0.0, "w2_paper": 0.0}
+    for start in range(0, n, ENUMERATION_BLOCK):
+        k = np.arange(start, min(start + ENUMERATION_BLOCK, n), dtype=np.float64)
+        for key, value in _two_level_block(n, u_hi, u_lo, k).items():
+            best[key] = max(best[key], value)
+    return best
+
+
+def _two_level_block(n: int, u_hi: float, u_lo: float, k: FloatArray) -> dict[str, float]:
+    """The four maxima over the configurations with k OTHER records at u_hi (k a block of 0..n−1)."""
     m = (n - 1) - k
     t = k * u_hi + m * u_lo
     q = k * u_hi**2 + m * u_lo**2

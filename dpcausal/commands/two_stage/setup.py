@@ -201,7 +201,7 @@ def prepare(spec: TwoStageSpec, setup: TwoStageSetup, frame: pd.DataFrame,
         y = -y
     treated = treated_mask(frame[cols.treatment], sec, path=path, column=cols.treatment,
                            command="two-stage")
-    raw = np.clip(raw, setup.fmap.lower, setup.fmap.upper)
+    np.clip(raw, setup.fmap.lower, setup.fmap.upper, out=raw)  # raw is this function's own copy
     y = np.clip(y, setup.lower, setup.upper)
     return Prepared(setup.fmap.transform(raw), setup.fmap.scale(raw), raw, treated, y,
                     targets(setup, y, treated))
