@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from dpcausal.commands.two_stage import calibration
 from dpcausal.commands.two_stage.calibration import (
     calibrate,
     chi_norm_quantile,
@@ -129,3 +130,16 @@ def test_safe_vs_paper_uniform() -> None:
     s, p = calibrate(**kw, mode="safe"), calibrate(**kw, mode="paper")
     assert s.scale == pytest.approx(2 * p.scale)
     assert s.gamma_required == pytest.approx(math.sqrt(2) * p.gamma_required)
+
+
+@pytest.mark.parametrize(("n", "u_hi", "u_lo"), [(2, 1.0, 1.0), (97, 3.2, 1.1), (1000, 9.0, 1.25)])
+def test_the_enumeration_does_not_depend_on_its_block_size(
+        monkeypatch: pytest.MonkeyPatch, n: int, u_hi: float, u_lo: float) -> None:
+    """Blocks of k are a cache optimisation: one block, blocks of 7 and of 1 give the same maxima."""
+    results = []
+    for block in (n, 7, 1):
+        monkeypatch.setattr(calibration, "ENUMERATION_BLOCK", block)
+        calibration._enumerate_two_level.cache_clear()
+        results.append(calibration.enumerate_two_level(n, u_hi, u_lo))
+    calibration._enumerate_two_level.cache_clear()
+    assert results[0] == results[1] == results[2]
