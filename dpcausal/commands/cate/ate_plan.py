@@ -25,6 +25,7 @@ from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.commands.common import row_split
 from dpcausal.errors import SpecError
 from dpcausal.learners.dp_means import DPArmMeans
+from dpcausal.learners.dp_objective import ObjectiveLogistic
 from dpcausal.learners.penalty import shrinkage_warnings
 
 UNITS = {
@@ -59,6 +60,16 @@ def nuisance_events(setup: AteSetup) -> list[PrivacyEvent]:
                         **ev.params, "model": "per-arm outcome means", "rows": learner.m}))
                 continue
             problem = learner.problem()
+            if isinstance(learner, ObjectiveLogistic):
+                if problem is not None:  # public settings only
+                    raise SpecError(f"cate.ate.propensity_learner: {problem} (raise privacy."
+                                    "epsilon, nuisance_share or cate.nuisance.propensity_share)",
+                                    field="cate.ate.propensity_learner")
+                for ev in (learner.objective().event(), learner.output().event()):
+                    events.append(dataclasses.replace(ev, partition=part, params={
+                        **ev.params, "model": "propensity, objective perturbation",
+                        "l2": learner.l2, "rows": learner.m}))
+                continue
             if problem is not None:  # public settings only: refused before any row is read
                 raise SpecError(f"cate.nuisance.{field}: {problem}; raise it",
                                 field=f"cate.nuisance.{field}")
@@ -145,8 +156,12 @@ def ate_plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
         "estimand": "ATE" if setup.weights == "clipped" else "ATO (overlap weights)",
         "nuisance_rows": setup.rows, "rows_fitting_nuisances": list(setup.n_nuisance),
         "rows_scored": setup.n_scored, "groups": len(ate.groups),
-        "outcome_model": setup.outcome,
+        "outcome_model": setup.outcome, "propensity_learner": setup.propensity_learner,
     }
+    if setup.propensity_learner == "objective":
+        details["note_propensity"] = (
+            "objective perturbation: the propensity model is barely shrunk but carries noise "
+            "that the total interval does not include (benchmarks/RESULTS.md, issue #19)")
     if ate.groups:
         details["note_groups"] = ("a group's half-width grows like 1/(its size), which is private: "
                                   "it is not predicted; its released size is in ate.csv")
@@ -179,7 +194,7 @@ def ate_plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
             "treatment_values": [0, 1],
             "propensity_clip": setup.kappa if ate.propensity is None else None,
             "public_propensity": ate.propensity,
-            "outcome_model": setup.outcome,
+            "outcome_model": setup.outcome, "propensity_learner": setup.propensity_learner,
             "split": {**sec.split.receipt(), "first_half_fraction": sec.first_half_fraction}
             if setup.rows == "split" else ({**sec.split.receipt(), "folds": ate.folds}
                                            if setup.rows == "crossfit" else None),

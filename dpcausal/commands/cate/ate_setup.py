@@ -19,6 +19,7 @@ from dpcausal.errors import DataError, MissingBoundsError, SpecError
 from dpcausal.learners.dp_features import BoxFeatures
 from dpcausal.learners.dp_logistic import DPLogistic
 from dpcausal.learners.dp_means import DPArmMeans
+from dpcausal.learners.dp_objective import ObjectiveLogistic
 from dpcausal.learners.dp_ridge import DPRidgeArms
 from dpcausal.learners.penalty import (
     PenaltyChoice,
@@ -72,12 +73,15 @@ class AteSetup:
     weights: Weights
     budget: Budget
     propensity_l2: PenaltyChoice | None
+    """The output perturbation's penalty (None: objective perturbation, or a public propensity)."""
     outcome: Literal["ridge", "means", "none"]
     """The outcome model in use (``auto`` resolved)."""
     outcome_l2: PenaltyChoice | None
     overlap: int
     """m: the most groups one covariate vector can belong to (0 without groups)."""
     group_boxes: tuple[tuple[FloatArray, FloatArray], ...]
+    propensity_learner: Literal["output", "objective", "public"] = "output"
+    """How the propensity model is fit (public: the spec's constant, no model)."""
 
     @property
     def covariates(self) -> tuple[str, ...]:
@@ -234,12 +238,19 @@ def build_ate_setup(spec: CateSpec, n_rows: int) -> AteSetup:
     if outcome != "ridge":
         out_l2 = None
     budget = _budget(spec, ate, has_prop, outcome, bool(ate.groups))
+    learner: Literal["output", "objective", "public"] = (
+        ate.propensity_learner if has_prop else "public")
+    if learner == "objective" and nu.propensity_l2 is not None:
+        raise SpecError("cate.nuisance.propensity_l2: propensity_learner: objective sets its own "
+                        "penalty from its ε (docs/proofs/cate_ate.md §3.8); remove "
+                        "propensity_l2 or use propensity_learner: output",
+                        field="cate.nuisance.propensity_l2")
     prop_l2 = (_l2(nu.propensity_l2, lambda: propensity_penalty(
-        box, budget.propensity, budget.delta_propensity, m)) if has_prop else None)
+        box, budget.propensity, budget.delta_propensity, m)) if learner == "output" else None)
     boxes = _group_boxes(spec, ate.groups, box)
     return AteSetup(columns, box, n_rows, ate.nuisance_rows, fits,
                     scored, sec.kappa, ate.weights, budget, prop_l2, outcome, out_l2,
-                    max_overlap(boxes), boxes)
+                    max_overlap(boxes), boxes, learner)
 
 
 def stage(name: str, fold: int | None = None) -> str:
@@ -248,23 +259,29 @@ def stage(name: str, fold: int | None = None) -> str:
 
 
 def nuisance_learners(setup: AteSetup, fold: int | None = None
-                      ) -> tuple[DPLogistic | None, DPRidgeArms | DPArmMeans | None]:
+                      ) -> tuple[DPLogistic | ObjectiveLogistic | None,
+                                 DPRidgeArms | DPArmMeans | None]:
     """The DP nuisance learners of one fit (all rows, the split's first part, or one fold).
 
     Notes
     -----
     Neighbouring relation: replace one record of the rows they fit (their count is public).
     Sensitivity and guarantee: :class:`~dpcausal.learners.dp_logistic.DPLogistic` (2/(mλ) + the
-    solver's slack), :class:`~dpcausal.learners.dp_ridge.DPRidgeArms` (2h(1 + 1/√λ)/(mλ) +
+    solver's slack) or :class:`~dpcausal.learners.dp_objective.ObjectiveLogistic` (objective
+    perturbation: gradient sensitivity 2, Jacobian term, output noise for the solver's gap),
+    :class:`~dpcausal.learners.dp_ridge.DPRidgeArms` (2h(1 + 1/√λ)/(mλ) +
     slack, both arms jointly) or :class:`~dpcausal.learners.dp_means.DPArmMeans` (2h on the sums,
     2 on the counts); each is DP for its share, the pair by sequential composition; everything
     computed from the released models is post-processing.
     """
     b = setup.budget
     m = setup.n_nuisance[0 if fold is None else fold]
-    prop: DPLogistic | None = None
+    prop: DPLogistic | ObjectiveLogistic | None = None
     out: DPRidgeArms | DPArmMeans | None = None
-    if setup.propensity_l2 is not None:
+    if setup.propensity_learner == "objective":
+        prop = ObjectiveLogistic(setup.box, b.propensity, b.delta_propensity, m,
+                                 stage=stage("propensity", fold))
+    elif setup.propensity_l2 is not None:
         prop = DPLogistic(setup.box, setup.propensity_l2.l2, b.propensity, b.delta_propensity, m,
                           stage=stage("propensity", fold))
     if setup.outcome == "ridge":

@@ -64,6 +64,14 @@ class AteSpec(StrictModel):
     """A public propensity P(A = 1), the same for every row (a randomized trial's design
     probability): no propensity model is fit, nothing is spent on one, and the interval holds
     whatever the outcome model. Default: none (a DP logistic model is fit)."""
+    propensity_learner: Literal["output", "objective"] = "output"
+    """How the DP propensity model is fit. output (default): ℓ2-logistic + Gaussian output
+    perturbation, whose noise 2/(mλ) forces a large penalty λ (cate.nuisance.propensity_l2): on
+    small observational data the model keeps little of an effect and part of the confounding
+    stays in the estimate. objective: Gaussian objective perturbation with a certified solve
+    (docs/proofs/cate_ate.md §3.8): a penalty ~50× smaller, so barely shrunk, but noisier; the
+    interval does not include the propensity model's noise (benchmarks/RESULTS.md measures the
+    trade-off). Not with cate.ate.propensity or cate.nuisance.propensity_l2."""
     outcome_model: Literal["auto", "ridge", "means", "none"] = "auto"
     """auto (default): ridge when the penalty rule keeps at least half of a covariate's effect at
     this ε and n (the dry run says which), else means. ridge: a DP ridge model per arm
@@ -96,6 +104,9 @@ class AteSpec(StrictModel):
         if (self.variance == "bound") != (self.sd_bound is not None):
             raise ValueError("cate.ate: sd_bound goes with variance: bound (and only with it): give "
                              "both, or neither for the private variance")
+        if self.propensity is not None and "propensity_learner" in self.model_fields_set:
+            raise ValueError("cate.ate.propensity_learner: cate.ate.propensity is a public "
+                             "constant, so no propensity model is fit; remove one of them")
         names = [g.name for g in self.groups]
         if len(set(names)) != len(names):
             raise ValueError("cate.ate.groups: two groups have the same name")
