@@ -69,9 +69,13 @@ class AteSpec(StrictModel):
     perturbation, whose noise 2/(mλ) forces a large penalty λ (cate.nuisance.propensity_l2): on
     small observational data the model keeps little of an effect and part of the confounding
     stays in the estimate. objective: Gaussian objective perturbation with a certified solve
-    (docs/proofs/cate_ate.md §3.8): a penalty ~50× smaller, so barely shrunk, but noisier; the
-    interval does not include the propensity model's noise (benchmarks/RESULTS.md measures the
-    trade-off). Not with cate.ate.propensity or cate.nuisance.propensity_l2."""
+    (docs/proofs/cate_ate.md §3.8): a penalty 5–50× smaller, so barely shrunk, but noisier; the
+    interval does not include the propensity model's noise. On NHEFS-shaped observational
+    simulations it removes most of the confounding bias the output learner leaves (coverage
+    0.935–0.94 instead of 0.80 at ε = 5 and 1 with nuisance_share 0.5 and
+    cate.nuisance.propensity_share 0.8), at a wider interval; on a trial without a public
+    propensity the output learner is narrower (benchmarks/RESULTS.md). Not with cate.ate.propensity or
+    cate.nuisance.propensity_l2."""
     outcome_model: Literal["auto", "ridge", "means", "none"] = "auto"
     """auto (default): ridge when the penalty rule keeps at least half of a covariate's effect at
     this ε and n (the dry run says which), else means. ridge: a DP ridge model per arm
