@@ -118,6 +118,7 @@ def test_the_noise_terms_loss_exceeds_its_epsilon_at_most_with_probability_delta
     rng = np.random.default_rng(5)
     eps1 = learner.epsilon_jacobian + learner.epsilon_noise
     losses = []
+    basis = np.linalg.qr(np.column_stack([xt[-1], z2]))[0]  # the span V of the two rows
     for _ in range(4000):
         b = rng.normal(0, learner.sigma, 3)
         theta = solve_perturbed(xt, a, b, acc)
@@ -129,6 +130,12 @@ def test_the_noise_terms_loss_exceeds_its_epsilon_at_most_with_probability_delta
         s2 = special.expit(z2 @ theta)
         jac = (np.linalg.slogdet(h + s[-1] * (1 - s[-1]) * np.outer(xt[-1], xt[-1]))[1]
                - np.linalg.slogdet(h + s2 * (1 - s2) * np.outer(z2, z2))[1])
+        # the proof's pointwise steps: the noise term ≤ (2‖P_V b‖·‖w‖ + ‖w‖²)/(2σ²), the Jacobian
+        # term ≤ ε_J (a wrong w, span or penalty breaks these on some draw)
+        pv_b = float(np.linalg.norm(basis.T @ bd))
+        wn = float(np.linalg.norm(w))
+        assert noise_loss <= (2 * pv_b * wn + wn**2) / (2 * learner.sigma**2) * (1 + 1e-9) + 1e-12
+        assert abs(jac) <= learner.epsilon_jacobian * (1 + 1e-9)
         losses.append(noise_loss + jac)
     share = float(np.mean(np.asarray(losses) > eps1))
     assert share <= 0.8 * delta

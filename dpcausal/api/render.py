@@ -58,7 +58,9 @@ def print_plan(plan: Plan, console: Console) -> None:
     for col in ("stage", "mechanism", "ε", "δ", "sensitivity", "noise scale"):
         table.add_column(col, overflow="fold")  # a narrow terminal wraps names, never cuts them
     for ev in privacy.events:
-        table.add_row(ev.stage, ev.kind, fmt(ev.epsilon), fmt(ev.delta),
+        objective = ev.params.get("perturbation") == "objective"  # b in the objective, not output
+        table.add_row(ev.stage, f"objective ({ev.kind})" if objective else ev.kind,
+                      fmt(ev.epsilon), fmt(ev.delta),
                       f"{fmt(ev.sensitivity)} ({ev.norm})", fmt(ev.noise_scale))
     console.print(table)
     print_accuracy(plan, console)
