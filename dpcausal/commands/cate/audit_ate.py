@@ -27,10 +27,17 @@ independent ranges is exact when each range is a point), so the planted score pa
 stated sensitivities up to the rounding allowance — except where the bound counts groups a pair
 cannot reach: ‖ΔW‖₁ ≤ 2m·sup v and ‖ΔQ_G‖₁ ≤ 2m·E² need two rows in disjoint sets of m groups
 each (on the shipped example's two abutting age groups, m = 2 but every row is in a group, so a
-pair reaches 2 of the 4 units); and ``denominator`` (ATO): with a constant ê, v = ê(1 − ê) does not
-vary, so the planted pairs do not move it (its unit, the rounding allowance alone, is then tiny).
-The propensity stage reaches about half its Δ₂ = 2/(mλ) + 2D: a label flip moves the logistic
-gradient by x̃ (‖x̃‖ ≤ 1 of the bound's 2), as in the τ(x) release's audit (:mod:`.audit`).
+pair reaches 2 of the 4 units). ``denominator`` (ATO) needs ê to vary over the box: for it the
+score stages are also conditioned on a second propensity model (:func:`conditionings`).
+
+The nuisance stages: the means model's sums and counts are attained (Y top vs bottom, the arm
+flipped). The propensity's Δ₂ = 2/(mλ) + 2D is not: one row moves the logistic gradient by
+(σ − A)x̃ − (σ′ − A′)x̃′, which is 2 only if σ ≈ 0 at a treated row and ≈ 1 at an untreated one next to it. The
+planted pair — every other fitting row untreated at the box's centre (x̃ = the intercept alone, so
+nothing curves the objective across it), the row treated at the upper vs the lower corner — moves
+it by (1 − σ)(x̃ − x̃′), of norm (1 − σ)√(q/(1 + q/4)) (1.66(1 − σ) at q = 9; σ ≈ 0.15 is as low as
+λ lets the background push it): about 0.7 of the bound. The ridge's bound 2h(1 + 1/√λ)/(mλ) uses
+‖θ̂‖ ≤ h/√λ, which no data set approaches; its quiet pair (as the τ(x) audit's) reaches 0.2–0.4.
 """
 
 from __future__ import annotations
@@ -196,10 +203,12 @@ def neighbours(spec: CateSpec, frame: pd.DataFrame, rng: np.random.Generator,
       sizes and squared sums move in every group of the symmetric difference.
 
     And on a row fitting the nuisances: *propensity*: every other fitting row untreated at the
-    box's centre (x̃ = the intercept alone) with Y = c, the row at the upper corner with the arm
-    flipped; *outcome model*: the means model, the arm flipped (counts move by 2); the ridge, the
+    box's centre (x̃ = the intercept alone) with Y = c, the row treated at the upper vs the lower
+    corner; *outcome model*: the means model, the arm flipped (counts move by 2); the ridge, the
     same quiet rows and the row treated at the upper corner, Y top vs bottom. Then a row replaced
-    by a random corner of the bounds, and by a random row.
+    by a random corner of the bounds, and by a random row; and, with two conditionings (ATO),
+    *weights apart*: the row treated with Y = c (u = 0), the first covariate at its upper vs its
+    lower bound (v = ê(1 − ê) at its largest vs its least under the rising propensity model).
     """
     setup = build_ate_setup(spec, len(frame))
     cols = setup.columns
@@ -243,7 +252,7 @@ def neighbours(spec: CateSpec, frame: pd.DataFrame, rng: np.random.Generator,
         elif kind in ("propensity", "outcome model"):
             base = _quiet(frame, fitting, at(middle, control, centre))
             if kind == "propensity":
-                a, b = at(upper, treated, centre), at(upper, control, centre)
+                a, b = at(upper, treated, centre), at(setup.box.lo, treated, centre)
             else:
                 a, b = at(upper, treated, y_hi), at(upper, treated, y_lo)
             yield (where + " on a quiet background", replace_one(base, idx, a),
