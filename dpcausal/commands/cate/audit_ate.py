@@ -156,22 +156,27 @@ def _members(setup: AteSetup, x: FloatArray) -> frozenset[int]:
                      if bool(np.all((x >= lo) & (x <= hi))))
 
 
-def group_points(setup: AteSetup) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """(a point in the most groups, and two points whose group sets differ the most).
+def _meet(boxes: list[tuple[FloatArray, FloatArray]]) -> tuple[FloatArray, FloatArray] | None:
+    """The intersection of ``boxes`` (None when empty)."""
+    lo = np.max([b[0] for b in boxes], axis=0)
+    hi = np.min([b[1] for b in boxes], axis=0)
+    return (lo, hi) if bool(np.all(lo <= hi)) else None
 
-    Candidates: the box's corners and centre, and the centre of every non-empty intersection of
-    groups (found by extending non-empty intersections only)."""
-    lo, hi = setup.box.lo, setup.box.hi
-    points = [lo, hi, 0.5 * (lo + hi)]
-    boxes = setup.group_boxes
-    stack: list[tuple[int, FloatArray, FloatArray]] = [(-1, lo, hi)]
-    while stack:
-        last, b_lo, b_hi = stack.pop()
-        for g in range(last + 1, len(boxes)):
-            n_lo, n_hi = np.maximum(b_lo, boxes[g][0]), np.minimum(b_hi, boxes[g][1])
-            if np.all(n_lo <= n_hi):
-                points.append(0.5 * (n_lo + n_hi))
-                stack.append((g, n_lo, n_hi))
+
+def group_points(setup: AteSetup) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(a point in the most groups — m of them, :attr:`AteSetup.overlap` — and two points whose
+    group sets differ the most among the candidates).
+
+    Candidates: the box's corners and centre, the centre of every group and of every non-empty
+    intersection of two groups, and the centre of the first m groups (at most 16, so at most
+    C(16, 8) subsets are tried) with a common point."""
+    box = (setup.box.lo, setup.box.hi)
+    boxes = list(setup.group_boxes)
+    meets = [_meet([box, *sub]) for size in (1, 2) for sub in itertools.combinations(boxes, size)]
+    clique = next((m for sub in itertools.combinations(boxes, setup.overlap)
+                   if (m := _meet([box, *sub])) is not None), None) if boxes else None
+    points = [box[0], box[1]] + [0.5 * (m[0] + m[1]) for m in [box, *meets, clique]
+                                 if m is not None]
     sets = [_members(setup, p) for p in points]
     most = max(range(len(points)), key=lambda i: len(sets[i]))
     i, j = max(itertools.combinations(range(len(points)), 2),
