@@ -109,3 +109,23 @@ def halve_select_policy_delta(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for module in (penalty, certify):  # two arms: penalty.py; K arms: certify.py
         monkeypatch.setattr(module, "certify_spillover", halved)
+
+
+def halve_cate_ate_estimate_sensitivity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cate's ATE (estimand: ate): the Laplace release of the score sum Σu calibrated to half its
+    sensitivity R (plan and run alike): its per-unit mechanism given sensitivity ½ instead of 1."""
+    import dataclasses
+
+    from dpcausal.commands.cate import ate_estimate, ate_plan, ate_setup
+    from dpcausal.mechanisms import LaplaceMechanism
+
+    real = ate_setup.unit_mechanisms
+
+    def halved(setup: Any) -> Any:
+        mechs = real(setup)
+        est = mechs.estimate
+        return dataclasses.replace(mechs, estimate=LaplaceMechanism(
+            est.epsilon, est.l1_sensitivity / 2, stage=est.stage))
+
+    for module in (ate_plan, ate_estimate):  # the plan and the release
+        monkeypatch.setattr(module, "unit_mechanisms", halved)

@@ -138,6 +138,23 @@ def test_synth_control_with_a_1d_laplace_radius_fails(workdir: Path,
     assert coef["stage"] == "synth_control.coefficients" and coef["epsilon_lower_bound"] > 10.0
 
 
+def test_shipped_cate_ate_passes_and_fails_a_halved_estimate_sensitivity(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cate with estimand: ate (the audit refused it, exit 2, before): the planted score pairs
+    reach the score sum's stated sensitivity; with it halved in the plan and the run alike, the
+    default audit exits 4."""
+    code, report, err = audit("configs/cate_ate.yaml")
+    assert code == 0, err
+    ratios = report["gray_box"]["max_sensitivity_ratio_per_stage"]
+    assert 0.99 < ratios["cate.ate.estimate"] <= 1.0
+    assert report["gray_box"]["max_privacy_loss"] <= 5.0
+    bugs.halve_cate_ate_estimate_sensitivity(monkeypatch)
+    code, report, err = audit("configs/cate_ate.yaml")
+    assert code == 4, err
+    assert report["gray_box"]["max_sensitivity_ratio_per_stage"]["cate.ate.estimate"] > 1.99
+    assert "moved 2× its stated sensitivity" in err
+
+
 def test_a_refusal_on_one_side_of_a_pair_is_a_violation(workdir: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     bugs.refuse_on_odd_treated(monkeypatch)
@@ -173,7 +190,8 @@ def test_the_default_black_box_can_reach_every_shipped_claim_it_can_afford() -> 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config", ["owl", "synth_control", "select_policy", "cate", "two_stage"])
+@pytest.mark.parametrize("config", ["owl", "synth_control", "select_policy", "cate", "cate_ate",
+                                    "two_stage"])
 def test_every_shipped_config_passes_at_default_settings(workdir: Path, config: str) -> None:
     code, report, err = audit(f"configs/{config}.yaml")
     assert code == 0, err

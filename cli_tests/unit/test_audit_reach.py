@@ -15,6 +15,11 @@ Stages whose pairs reach less than 0.9, and why (the table: benchmarks/RESULTS.m
   weaker audit), left open.
 - cate's second stage (0.61): its stated sensitivity is 1.6× the proven bound by the spec's
   ``sensitivity_formula: max``; of the proven bound the pairs reach 0.97.
+- cate's ATE (estimand: ate): the propensity model (0.71: its pair moves the gradient by
+  (1 − σ)(x̃ − x̃′), two opposite corners, not the bound's 2); the group sizes and squared
+  sums (0.50): their ℓ1 bounds 2m·sup v and 2m·E² need two rows in disjoint sets of m groups each,
+  and the example's two abutting age groups (m = 2) cover every row, so a pair moves at most 2 of
+  the 4 units (the bound is loose there; every other ATE stage reaches 1.0 up to rounding).
 - select-policy's choice (0.55 two arms, 0.21 three arms): Δ_cert = 2B_ψ needs nuisance fits at
   the ends of their effective ranges, which the shrunk default fits do not reach.
 """
@@ -66,6 +71,11 @@ REACHED = [  # (config, {stage: floor below the default run's measured ratio}, e
     ("synth_control", {"synth_control.average_effect": 0.99, "synth_control.path": 0.99}, ()),
     ("cate", {"cate.nuisance.propensity": 0.42, "cate.nuisance.outcome": 0.17,
               "cate.second_stage.function": 0.60}, ("--pairs", "14")),
+    ("cate_ate", {"cate.ate.nuisance.propensity": 0.70, "cate.ate.nuisance.outcome.sums": 0.99,
+                  "cate.ate.nuisance.outcome.counts": 0.99, "cate.ate.estimate": 0.99,
+                  "cate.ate.variance": 0.99, "cate.ate.groups.sums": 0.99,
+                  "cate.ate.groups.sizes": 0.49, "cate.ate.groups.variance": 0.49},
+     ("--pairs", "7")),
     ("select_policy", {"select_policy.choice": 0.54}, ()),
     ("select_policy_3arm", {"select_policy.choice": 0.20}, ()),
     # the searched planted pair (every covariate flipped, the intercept shared, θ on the
@@ -87,9 +97,25 @@ def test_default_neighbours_reach_each_stage(workdir: Path, config: str, floors:
         assert floor <= r[stage] <= 1.0 + 1e-9, (stage, r)
 
 
+def test_cate_ato_neighbours_reach_the_denominator(workdir: Path) -> None:
+    """weights: overlap releases Σ ê(1 − ê), whose pairs need ê to vary over the box: the audit
+    also conditions the score stages on a propensity model rising from κ to ½ along the first
+    covariate, where a row moved along it attains sup v − inf v."""
+    import yaml
+
+    doc = yaml.safe_load((workdir / "configs" / "cate_ate.yaml").read_text())
+    doc["cate"]["ate"]["weights"] = "overlap"
+    (workdir / "ato.yaml").write_text(yaml.safe_dump(doc))
+    r = ratios("ato.yaml", "--pairs", "8")
+    for stage in ("cate.ate.estimate", "cate.ate.denominator", "cate.ate.variance",
+                  "cate.ate.groups.sums"):
+        assert 0.99 <= r[stage] <= 1.0 + 1e-9, (stage, r)
+
+
 HALVED = [  # stages whose pairs reach more than half their stated sensitivity
     ("two_stage", bugs.halve_two_stage_sensitivity, ("--pairs", "1")),
     ("cate", bugs.halve_cate_rkhs_sensitivity, ("--pairs", "5")),
+    ("cate_ate", bugs.halve_cate_ate_estimate_sensitivity, ("--pairs", "1")),
     ("select_policy", bugs.halve_select_policy_delta, ()),
     ("owl", bugs.halve_owl_sensitivity, ("--pairs", "4")),
     ("synth_control", bugs.halve_capped_sensitivity, ("--pairs", "4")),

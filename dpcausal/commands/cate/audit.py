@@ -39,6 +39,7 @@ import pandas as pd
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.audit.neighbours import Pair, RowDomain, replace_one
 from dpcausal.audit.privacy import AuditAdapter
+from dpcausal.commands.cate import audit_ate
 from dpcausal.commands.cate.estimate import halves as estimate_halves
 from dpcausal.commands.cate.estimate import prepare, second_stage, second_stage_rff
 from dpcausal.commands.cate.krr import KrrFit, rkhs_distance
@@ -55,10 +56,6 @@ STAGE_FUNCTION = "cate.second_stage.function"
 
 
 def _setup(spec: CateSpec, n_rows: int) -> CateSetup:
-    if spec.cate.estimand != "cate":
-        raise SpecError("cate.estimand: audit privacy covers the τ(x) release (estimand: cate, "
-                        "mode: function); the ATE's proof is docs/proofs/cate_ate.md and its tests "
-                        "search neighbours directly", field="cate.estimand")
     if spec.cate.mode != "function":
         raise SpecError("cate.mode: audit privacy covers mode: function only; mode: queries has an "
                         "asymptotic guarantee (Thm 1, n large enough), not a finite-n claim to audit")
@@ -256,7 +253,18 @@ def without_plot(spec: CateSpec) -> CateSpec:
     return spec.model_copy(update={"cate": spec.cate.model_copy(update={"plot": False})})
 
 
-ADAPTER = AuditAdapter(METHOD, "cate", synthesize, neighbours, pre_noise, output_vector,
+def _by_estimand(tau: Any, ate: Any) -> Any:
+    """``tau`` for the τ(x) release, ``ate`` (:mod:`.audit_ate`) for ``estimand: ate``."""
+    return lambda spec, *args: (ate if spec.cate.estimand == "ate" else tau)(spec, *args)
+
+
+def _output_vector(release: Release) -> FloatArray:
+    return (audit_ate.output_vector if "ate" in release.tables else output_vector)(release)
+
+
+ADAPTER = AuditAdapter(METHOD, "cate", _by_estimand(synthesize, audit_ate.synthesize),
+                       _by_estimand(neighbours, audit_ate.neighbours),
+                       _by_estimand(pre_noise, audit_ate.pre_noise), _output_vector,
                        audit_spec=without_plot, coupled_spec=audit_spec)
 """cate's audit adapter (listed in :data:`dpcausal.commands.COMMANDS`)."""
 """(synthesize, neighbours, pre_noise, output_vector), in AuditAdapter's order."""
