@@ -17,6 +17,7 @@ from dpcausal.commands.cate.ate_setup import build_ate_setup, nuisance_learners
 from dpcausal.commands.cate.estimate import clip_rows
 from dpcausal.commands.cate.method import plan
 from dpcausal.commands.cate.spec import CateSpec
+from dpcausal.errors import SpecError
 from dpcausal.learners.dp_ridge import DPRidgeArms
 
 COVS = ["x0", "x1", "x2"]
@@ -120,3 +121,11 @@ def test_group_points() -> None:
     most, p, q = audit_ate.group_points(setup)
     assert audit_ate._members(setup, most) == {0, 1, 2}
     assert len(audit_ate._members(setup, p) ^ audit_ate._members(setup, q)) == 3
+
+
+def test_the_objective_perturbation_propensity_is_refused_with_its_field() -> None:
+    # its loss is a density ratio of the perturbed solve: no pre-noise value to audit (exit 2, not 1)
+    spec = make_spec(propensity_learner="objective")
+    with pytest.raises(SpecError, match="objective perturbation") as err:
+        audit_ate.synthesize(spec, 50, np.random.default_rng(0))
+    assert err.value.field == "cate.ate.propensity_learner"

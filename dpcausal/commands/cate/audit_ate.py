@@ -57,6 +57,7 @@ from dpcausal.commands.cate.ate_estimate import release_all, score
 from dpcausal.commands.cate.ate_setup import AteSetup, build_ate_setup
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.commands.common import row_split
+from dpcausal.errors import SpecError
 from dpcausal.mechanisms import Draw, NoiseGuard
 from dpcausal.method import Release
 
@@ -67,6 +68,20 @@ KINDS = ("scores top vs bottom", "score vs the centre", "groups apart", "propens
 overlap`` with a propensity model only)."""
 
 
+def _setup(spec: CateSpec, n_rows: int) -> AteSetup:
+    """The release's setup; refuses the objective-perturbation propensity, whose privacy is not a
+    function of a pre-noise vector (its loss is a density ratio over the perturbed solve)."""
+    setup = build_ate_setup(spec, n_rows)
+    if setup.propensity_learner == "objective":
+        raise SpecError(
+            "cate.ate.propensity_learner: audit privacy does not cover objective perturbation (its "
+            "privacy loss is a density ratio of the perturbed solve, not a function of a pre-noise "
+            "value); its proof is docs/proofs/cate_ate.md §3.8 and its tests "
+            "cli_tests/unit/test_dp_objective.py. Audit the same spec with "
+            "propensity_learner: output", field="cate.ate.propensity_learner")
+    return setup
+
+
 def _domain(spec: CateSpec, setup: AteSetup) -> RowDomain:
     cols = setup.columns
     return RowDomain(cols.numeric_domain(),
@@ -75,7 +90,7 @@ def _domain(spec: CateSpec, setup: AteSetup) -> RowDomain:
 
 def synthesize(spec: CateSpec, n: int, rng: np.random.Generator) -> pd.DataFrame:
     """``n`` rows drawn uniformly inside the public box and outcome bounds, A ∈ {0, 1}."""
-    return _domain(spec, build_ate_setup(spec, n)).synthesize(n, rng)
+    return _domain(spec, _setup(spec, n)).synthesize(n, rng)
 
 
 def audit_spec(spec: CateSpec) -> CateSpec:
@@ -131,7 +146,7 @@ def pre_noise(spec: CateSpec, frame: pd.DataFrame, plan: PrivacyPlan,
     has one row per conditioning (the audit takes the worst row; the nuisance stages' inputs come
     before any release and are the same in every run)."""
     spec = audit_spec(spec)
-    setup = build_ate_setup(spec, len(frame))
+    setup = _setup(spec, len(frame))
     runs = []
     for theta in conditionings(spec, setup) or [np.zeros(setup.box.dim)]:
         guard = Conditioned(plan, theta)
@@ -215,7 +230,7 @@ def neighbours(spec: CateSpec, frame: pd.DataFrame, rng: np.random.Generator,
     *weights apart*: the row treated with Y = c (u = 0), the first covariate at its upper vs its
     lower bound (v = ê(1 − ê) at its largest vs its least under the rising propensity model).
     """
-    setup = build_ate_setup(spec, len(frame))
+    setup = _setup(spec, len(frame))
     cols = setup.columns
     domain = _domain(spec, setup)
     fitting, scored = _parts(spec, setup)
