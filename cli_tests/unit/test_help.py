@@ -119,3 +119,57 @@ def test_help_and_version_load_no_command_and_no_numpy(args: list[str]) -> None:
         "       or m.startswith('dpcausal.commands.') or m == 'dpcausal.pipeline'])\n")
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert res.stdout.strip().splitlines()[-1] == "[]", res.stdout[-2000:]
+
+
+def test_field_descriptions_are_the_docstrings_pydantic_would_attach() -> None:
+    """Issue 24: the descriptions are read when a schema is asked for, not when the models are
+    built; they must be what ``use_attribute_docstrings`` gave (own docstring, the redeclaring
+    class's, the alias as key, none for an undocumented field)."""
+    from pydantic import BaseModel, ConfigDict, Field
+
+    from dpcausal.spec.model import StrictModel
+
+    class Base(StrictModel):
+        a: int = 1
+        """The first
+        field, on two lines."""
+        b: int = 2
+        """Inherited unchanged."""
+
+    class Child(Base):
+        a: int = 3
+        """Redeclared here."""
+        c: int = Field(default=4, alias="lambda")
+        """An aliased field."""
+        d: int = 5
+
+    class Reference(BaseModel):
+        model_config = ConfigDict(use_attribute_docstrings=True)
+        a: int = 3
+        """Redeclared here."""
+        b: int = 2
+        """Inherited unchanged."""
+        c: int = Field(default=4, alias="lambda")
+        """An aliased field."""
+        d: int = 5
+
+    ours = Child.model_json_schema()["properties"]
+    ref = Reference.model_json_schema()["properties"]
+    assert {k: p.get("description") for k, p in ours.items()} == {
+        k: p.get("description") for k, p in ref.items()}
+    assert ours["a"]["description"] == "Redeclared here."
+    assert "description" not in ours["d"]
+    assert Base.model_json_schema()["properties"]["a"]["description"] == \
+        "The first field, on two lines."
+
+
+def test_building_and_loading_a_spec_reads_no_source() -> None:
+    """Issue 24: loading a spec does not parse the spec modules' source for docstrings (it cost
+    every run ~0.04 CPU-s); only a schema does."""
+    script = ("from dpcausal.api.specs import load_spec\n"
+              "from dpcausal.spec import model\n"
+              "load_spec('configs/owl.yaml', 'owl')\n"
+              "print(model._module_classes.cache_info().currsize)\n")
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[2], check=True)
+    assert res.stdout.split()[-1] == "0"
