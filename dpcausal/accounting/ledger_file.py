@@ -29,8 +29,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import filelock
-
 from dpcausal.accounting import chain
 from dpcausal.accounting.ledger_key import read_key_file, write_key_file
 from dpcausal.accounting.ledger_store import Snapshot, check_restorable
@@ -89,6 +87,8 @@ class FileStore:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
+        import filelock  # lazy (issue 24): a plan that never locks the ledger does not load it
+
         lock = filelock.FileLock(str(self.lock_path), timeout=self.lock_timeout)
         try:
             lock.acquire()

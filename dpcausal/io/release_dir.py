@@ -29,8 +29,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import filelock
-
 from dpcausal.errors import OutputError
 from dpcausal.io.durable import fsync_dir, write_all
 
@@ -173,6 +171,8 @@ class Staged:
         try:
             fsync_dir(self.path)
             os.chmod(self.path, 0o777 & ~umask)
+            import filelock  # lazy (issue 24): only a publish takes this lock
+
             with filelock.FileLock(str(target.store / ".lock"), timeout=PUBLISH_LOCK_SECONDS):
                 final = target.store / version
                 if final.exists():
