@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import softmax
 
 from dpcausal.learners.dp_features import BoxFeatures
 from dpcausal.learners.multinomial import MultinomialAccuracy, multinomial_sums
@@ -31,6 +30,8 @@ class ArmPropensities:
     def predict(self, x: npt.ArrayLike) -> FloatArray:
         """The n × K matrix of clipped propensities at the rows of ``x`` (raw covariates);
         post-processing of Θ (a row need not sum to one after clipping)."""
+        from scipy.special import softmax  # lazy (issue 24): a plan never predicts
+
         p = softmax(self.features.transform(x) @ self.theta.T, axis=1)
         return np.clip(p, self.clip, 1.0 - self.clip)
 

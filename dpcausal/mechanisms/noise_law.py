@@ -60,12 +60,13 @@ def laplace_halfwidth(scale: float, alpha: float) -> float:
 
 
 def gaussian_halfwidth(sigma: float, alpha: float) -> float:
-    """h with P(|Z| ≤ h) = 1 − α for Z ~ N(0, σ²): h = σ·z_{1−α/2}."""
-    from scipy import special
+    """h with P(|Z| ≤ h) = 1 − α for Z ~ N(0, σ²): h = σ·z_{1−α/2}, z rounded up
+    (:func:`dpcausal.mechanisms.normal.upper_quantile`: no scipy on the plan path, issue 24)."""
+    from dpcausal.mechanisms.normal import upper_quantile
 
     check_alpha(alpha)
     _check_scale(sigma)
-    return sigma * float(special.ndtri(1.0 - alpha / 2.0))
+    return sigma * upper_quantile(alpha / 2.0)
 
 
 def gp_pointwise_sd(sigma: float, kernel_diagonal: npt.ArrayLike) -> npt.NDArray[np.float64]:
