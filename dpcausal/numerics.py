@@ -82,3 +82,38 @@ def descent_steps(initial: float, target: float, gap: float) -> int:
     if need <= 0.0:
         return 0
     return math.ceil(need / -math.log1p(-gap) * (1.0 + 1e-9)) + 1
+
+
+def bracketed_root(f: Callable[[float], float], lo: float, hi: float, f_lo: float, f_hi: float,
+                   done: Callable[[float, float], bool]) -> tuple[float, float]:
+    """Shrink a bracket [lo, hi] of a root of ``f`` (f(lo) > 0 ≥ f(hi), given as ``f_lo`` and
+    ``f_hi``; f_hi may be −∞) until ``done(lo, hi)`` or lo and hi are adjacent floats, and return
+    it: the sign condition holds at both ends throughout, whatever the rounding of ``f``.
+
+    False position with the Illinois modification (an end kept twice has its f halved), and a
+    bisection whenever the step leaves the bracket, cannot be formed, or two steps did not halve
+    the bracket: superlinear on smooth functions, never slower than bisection by more than 3×.
+    """
+    widths = [math.inf, math.inf]  # the bracket's width one and two steps ago
+    kept = 0  # +1: lo was moved last, −1: hi was
+    while not done(lo, hi):
+        x = math.nan
+        if math.isfinite(f_hi):
+            x = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
+        if not lo < x < hi or hi - lo > 0.5 * widths[0]:
+            x = 0.5 * (lo + hi)
+            if not lo < x < hi:  # adjacent floats
+                break
+        widths = [widths[1], hi - lo]
+        f_x = f(x)
+        if f_x > 0.0:
+            lo, f_lo = x, f_x
+            if kept == 1:
+                f_hi *= 0.5
+            kept = 1
+        else:
+            hi, f_hi = x, f_x
+            if kept == -1:
+                f_lo *= 0.5
+            kept = -1
+    return lo, hi

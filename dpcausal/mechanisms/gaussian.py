@@ -14,6 +14,7 @@ import numpy.typing as npt
 from dpcausal.accounting.events import PrivacyEvent, check_noise_scale
 from dpcausal.mechanisms._checks import check_epsilon, check_sensitivity
 from dpcausal.mechanisms.curve import PrivacyCurve, gaussian_delta, loss_ratio
+from dpcausal.numerics import bracketed_root
 
 
 def _analytic_delta(sigma: float, epsilon: float, l2_sensitivity: float) -> float:
@@ -69,43 +70,21 @@ def _analytic_sigma(epsilon: float, delta: float, l2_sensitivity: float) -> floa
     while _analytic_delta(lo, epsilon, l2_sensitivity) <= delta:
         hi, lo = lo, lo / 2.0
     target = math.log(delta)
-    f_lo = math.log(_analytic_delta(lo, epsilon, l2_sensitivity)) - target  # > 0
-    f_hi = _log_or_minus_inf(_analytic_delta(hi, epsilon, l2_sensitivity)) - target  # ≤ 0
-    x_lo, x_hi = math.log(lo), math.log(hi)
-    widths = [math.inf, math.inf]  # the bracket's width one and two steps ago
-    kept = 0  # +1: lo was moved last, −1: hi was
-    while hi / lo - 1.0 > SIGMA_REL_TOL:
-        x = math.nan
-        if math.isfinite(f_hi):  # false position in (ln σ, ln δ)
-            x = (x_lo * f_hi - x_hi * f_lo) / (f_hi - f_lo)
-        if not x_lo < x < x_hi or x_hi - x_lo > 0.5 * widths[0]:
-            x = 0.5 * (x_lo + x_hi)  # geometric bisection: two steps did not halve it
-        widths = [widths[1], x_hi - x_lo]
-        mid = math.exp(x)
-        if not lo < mid < hi:  # a step too small to move σ: bisect
-            x = 0.5 * (x_lo + x_hi)
-            mid = math.exp(x)
-            if not lo < mid < hi:  # adjacent floats
-                break
-        f_mid = _log_or_minus_inf(_analytic_delta(mid, epsilon, l2_sensitivity)) - target
-        if f_mid > 0.0:
-            lo, x_lo, f_lo = mid, x, f_mid
-            if kept == 1:
-                f_hi *= 0.5  # Illinois: the same end moved twice, weigh the other down
-            kept = 1
-        else:
-            hi, x_hi, f_hi = mid, x, f_mid
-            if kept == -1:
-                f_lo *= 0.5
-            kept = -1
+
+    def excess(x: float) -> float:  # ln δ-bound(e^x) − ln δ: decreasing in x = ln σ
+        value = _analytic_delta(math.exp(x), epsilon, l2_sensitivity)
+        return math.log(value) - target if value > 0.0 else -math.inf
+
+    _, x_hi = bracketed_root(excess, math.log(lo), math.log(hi), excess(math.log(lo)),
+                             excess(math.log(hi)),
+                             lambda a, b: math.exp(b - a) - 1.0 <= SIGMA_REL_TOL)
+    hi = math.exp(x_hi)
+    while _analytic_delta(hi, epsilon, l2_sensitivity) > delta:  # e^x's rounding
+        hi = math.nextafter(hi, math.inf)
     sigma = hi * (1.0 + SIGMA_MARGIN)
     while _analytic_delta(sigma, epsilon, l2_sensitivity) > delta:  # rounding of the product
         sigma *= 1.0 + 1e-15
     return sigma
-
-
-def _log_or_minus_inf(x: float) -> float:
-    return math.log(x) if x > 0.0 else -math.inf
 
 
 def classic_gaussian_sigma(epsilon: float, delta: float, l2_sensitivity: float) -> float:
