@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcausal.accounting.events import PrivacyEvent
+from dpcausal.mechanisms import projection_law
 
 UNIT = 2.0 ** -53
 """The unit roundoff of float64."""
@@ -133,49 +134,25 @@ def laplace_sum_halfwidth(scales: npt.ArrayLike, alpha: float) -> float:
 
 
 def l2_laplace_projection_tail(t: float, dim: int, scale: float) -> float:
-    """P(|R·u₁| > t) for R ~ Gamma(dim, scale) and u uniform on the unit sphere S^{dim−1}."""
-    from scipy import special
-
+    """P(|R·u₁| > t) for R ~ Gamma(dim, scale) and u uniform on the unit sphere S^{dim−1}
+    (module docstring; :func:`dpcausal.mechanisms.projection_law.projection_tail`)."""
     _check_scale(scale)
     if t <= 0.0:
         return 1.0
     if scale == 0.0:
         return 0.0
-    x = t / scale
     if dim == 1:
-        return math.exp(-x)
-    d = float(dim)
-    log_norm = math.log(0.5 * math.sqrt(math.pi)) + special.gammaln((d - 1.0) / 2.0) \
-        - special.gammaln(d / 2.0)
-
-    def integrand(phi: float) -> float:
-        cos = math.cos(phi)
-        if cos <= 0.0:
-            return 0.0
-        sin = math.sin(phi)
-        if sin <= 0.0:
-            return 0.0 if dim > 2 else float(special.gammaincc(d, x / cos)) * math.exp(-log_norm)
-        weight = math.exp((d - 2.0) * math.log(sin) - log_norm)
-        return float(special.gammaincc(d, x / cos)) * weight
-
-    # where the mass sits: sin^{d-2} peaks at π/2 with width ~1/√d; Q(d, x/cos φ) turns on at
-    # cos φ ≈ x/d
-    points = sorted({min(max(math.acos(min(1.0, x / d)), 1e-9), math.pi / 2 - 1e-9),
-                     max(math.pi / 2 - 1.0 / math.sqrt(d), 1e-9)})
-    from scipy import integrate  # lazy: see laplace_sum_coverage
-
-    val, _ = integrate.quad(integrand, 0.0, math.pi / 2, points=points, limit=500,
-                            epsabs=1e-14, epsrel=1e-11)
-    return min(1.0, max(0.0, float(val)))
+        return math.exp(-t / scale)
+    return projection_law.projection_tail(t / scale, int(dim))
 
 
 def l2_laplace_projection_halfwidth(dim: int, scale: float, alpha: float) -> float:
-    """h with P(|aᵀZ| ≤ h) = 1 − α for ℓ2-Laplace noise Z (Gamma(dim, scale) radius) and ‖a‖ = 1.
+    """h with P(|aᵀZ| ≤ h) = 1 − α for ℓ2-Laplace noise Z (Gamma(dim, scale) radius) and ‖a‖ = 1
+    (:func:`dpcausal.mechanisms.projection_law.projection_halfwidth`: no scipy up to 128
+    dimensions, rounded up by a relative 1e-9).
 
     Multiply by ‖a‖₂ for another functional (rotation invariance); a coordinate has ‖a‖ = 1.
     """
-    from scipy import special
-
     check_alpha(alpha)
     _check_scale(scale)
     if not (isinstance(dim, int | np.integer) and dim >= 1):
@@ -184,13 +161,8 @@ def l2_laplace_projection_halfwidth(dim: int, scale: float, alpha: float) -> flo
         return 0.0
     if dim == 1:
         return laplace_halfwidth(scale, alpha)
-    # |R u₁| ≤ R, so the root lies below the radius's (1 − α) quantile
-    hi = scale * float(special.gammainccinv(dim, alpha))  # Gamma(dim, scale)'s upper α quantile
-    from scipy import optimize  # lazy: see laplace_sum_coverage
-
-    root = optimize.brentq(lambda t: l2_laplace_projection_tail(t, int(dim), scale) - alpha,
-                           0.0, hi, xtol=1e-13 * hi, rtol=1e-11)
-    return float(root)
+    hi = l2_laplace_norm_quantile(int(dim), scale, 1.0 - alpha)
+    return projection_law.projection_halfwidth(int(dim), scale, alpha, hi)
 
 
 def l2_laplace_norm_quantile(dim: int, scale: float, level: float) -> float:
