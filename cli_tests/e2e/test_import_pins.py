@@ -26,18 +26,19 @@ HEAVY = ("pandas", "pyarrow", "scipy.special", "scipy.stats", "scipy.optimize",
          "distributed")
 """Modules whose import costs a noticeable share of a small run (0.1-0.8 CPU-s each here)."""
 
-BASE = ("pandas", "pyarrow", "scipy.special")
-"""What every release loads: the table reader and the noise laws."""
+BASE = ("pandas", "pyarrow")
+"""What every release loads: the table reader."""
 
 DRY_RUN: dict[str, tuple[str, ...]] = {
     # a plan reads a CSV's header and row count with numpy (dpcausal.io.csv_scan), not pyarrow
     "select-policy": (),
-    # the analytic Gaussian's σ (ndtr, brentq) and the Gaussian half-widths (ndtri)
-    "cate": ("scipy.special", "scipy.optimize", "scipy.linalg"),
+    # the analytic Gaussian's σ and the Gaussian half-widths in plain floats
+    # (dpcausal.mechanisms.normal), not scipy.special/optimize
+    "cate": (),
     # the panel's public structure (n, T, T0) is read from the unit and time values by pandas
     "synth-control": ("pandas", "pyarrow"),
-    # the ℓ2-Laplace projection half-width of the accuracy report (quad + brentq)
-    "owl": ("scipy.special", "scipy.optimize", "scipy.integrate", "scipy.linalg"),
+    # the ℓ2-Laplace projection half-width in numpy (dpcausal.mechanisms.projection_law)
+    "owl": (),
     # the ℓ2-Laplace norm quantile of the accuracy bound: solved without scipy (integer d)
     "two-stage": (),
 }
@@ -48,16 +49,17 @@ than the whole plan). synth-control's plan needs the panel's unit and time value
 reads through pandas."""
 
 RELEASE: dict[str, tuple[str, ...]] = {
-    "select-policy": (*BASE, "scipy.linalg", "matplotlib"),
+    "select-policy": (*BASE, "scipy.special", "scipy.linalg", "matplotlib"),
     # scipy.stats only for the queries-mode γ search (its Sobol points), not this function release
-    "cate": (*BASE, "scipy.optimize", "scipy.linalg", "matplotlib"),
-    "synth-control": (*BASE, "matplotlib"),
-    "owl": (*BASE, "scipy.optimize", "scipy.integrate", "scipy.linalg", "matplotlib"),
+    "cate": (*BASE, "scipy.special", "scipy.linalg", "matplotlib"),
+    "synth-control": (*BASE, "scipy.special", "matplotlib"),
+    # the noise law's half-width in numpy: no scipy at all
+    "owl": (*BASE, "matplotlib"),
     # with this noise the ℓ1 constraint of stage 2 binds: cvxpy (the interior-point warm start,
     # which imports scipy.stats/optimize/integrate/linalg); a draw where it does not bind loads
     # none of them
-    "two-stage": (*BASE, "scipy.stats", "scipy.optimize", "scipy.integrate", "scipy.linalg",
-                  "matplotlib", "cvxpy"),
+    "two-stage": (*BASE, "scipy.special", "scipy.stats", "scipy.optimize", "scipy.integrate",
+                  "scipy.linalg", "matplotlib", "cvxpy"),
 }
 
 SCRIPT = """
