@@ -2,6 +2,7 @@
 (issue 24: "owl 1M ≤ 2.5× the Parquet-read floor").
 
     nice -n 19 python benchmarks/owl_floor.py [--pairs 10] [--rows 1000000] [--covariates 20]
+                                              [--no-plot]
 
 The data and spec are ``owl_speed.py``'s (its Parquet file is written once under
 ``benchmarks/_data``). The floor is a whole Python process that reads the columns owl reads
@@ -61,6 +62,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--covariates", type=int, default=20)
     ap.add_argument("--seed", type=int, default=20261126)
+    ap.add_argument("--no-plot", action="store_true",
+                    help="owl.plot: false (no rule.png: matplotlib is not imported)")
     args = ap.parse_args()
     data = make_data(args.rows, args.covariates, args.seed)
     covs = [f"x{j}" for j in range(1, args.covariates + 1)]
@@ -69,7 +72,8 @@ def main() -> None:
         spec = Path(tmp) / "owl.yaml"
         spec.write_text(SPEC.format(data=data, out=Path(tmp) / "out", gamma=GAMMA,
                                     lo=OUTCOME_BOUNDS[0], hi=OUTCOME_BOUNDS[1],
-                                    covs=", ".join(covs)))
+                                    covs=", ".join(covs))
+                        + ("  plot: false\n" if args.no_plot else ""))
         sides = {
             "ours": [sys.executable, "-m", "dpcausal", "owl", "--spec", str(spec), "--quiet"],
             "floor": [sys.executable, "-c", FLOOR, str(data), columns],
@@ -85,7 +89,7 @@ def main() -> None:
         load1 = os.getloadavg()[0]
     print(f"{args.pairs} interleaved pairs, {args.rows} rows × {args.covariates} covariates "
           f"({data.stat().st_size / 1e6:.0f} MB); 1-minute load average {load0:.1f} at the "
-          f"start, {load1:.1f} at the end")
+          f"start, {load1:.1f} at the end; owl.plot: {not args.no_plot}")
     print("| side | CPU s, median (min–max) | wall s, median (min–max) |")
     print("|---|---|---|")
     for name, rs in runs.items():
