@@ -12,7 +12,9 @@ Stages whose pairs reach less than 0.9, and why (the table: benchmarks/RESULTS.m
   gradient by 2h·x̃ of the bound's 2h(1 + 1/√λ), whose ‖θ̂‖ ≤ h/√λ no data set comes near. Both
   stated bounds exceed what any pair found reaches by more than 2×, so a halved sensitivity
   stays under what is reached and no audit can flag it; the remedy is a tighter proof (not a
-  weaker audit), left open.
+  weaker audit), left open. With K ≥ 3 arms (cate_3arm: 0.485 propensity, 0.358 outcome) the
+  same holds: a label flip moves the multinomial gradient (p − e_A)x̃ by (e_a − e_b)x̃, norm √2 of
+  the bound's 2√2 (p cancels at one x̃), and the ridge's as for two arms.
 - cate's second stage (0.61): its stated sensitivity is 1.6× the proven bound by the spec's
   ``sensitivity_formula: max``; of the proven bound the pairs reach 0.97.
 - cate's ATE (estimand: ate): the propensity model (0.71: its pair moves the gradient by
