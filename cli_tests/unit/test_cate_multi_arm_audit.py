@@ -41,7 +41,7 @@ def test_pre_noise_is_what_the_run_draws_noise_for(monkeypatch: pytest.MonkeyPat
     """The run (its noised nuisances swapped, after their draws, for the audit's fixed ones)
     draws its noise at exactly the adapter's values: Θ̂, the stacked ridges, and the contrasts'
     weights flattened in declared order (rff) or values at the queries (exact kernel)."""
-    spec = audit_spec(make_spec(features=features, rff_dim=20, ridge=0.05))
+    spec = audit_spec(make_spec(features=features, rff_dim=20, ridge=0.05, plot=False))
     frame = ADAPTER.synthesize(spec, N, np.random.default_rng(0))
     plan = METHOD.plan(spec, N, {}, rng=np.random.default_rng(0))
     setup = build_setup(spec, N)
