@@ -86,7 +86,8 @@ def neighbours(spec: CateSpec, frame: pd.DataFrame, rng: np.random.Generator,
             continue
         if j % 5 == 1:
             idx = int(blocks[0][int(rng.integers(len(blocks[0])))])
-            yield _quiet_nuisance_pair(spec, setup, frame, idx, propensity=j % 10 == 1)
+            yield _quiet_nuisance_pair(spec, setup, frame, blocks[0], idx,
+                                       propensity=j % 10 == 1)
             continue
         i = j - 2 * (j // 5) - 2
         b = i % 2
@@ -147,8 +148,8 @@ def _quiet_control_pair(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame,
             replace_one(base, idx, {**row, cols.outcome: y_lo}))
 
 
-def _quiet_nuisance_pair(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame, idx: int, *,
-                         propensity: bool) -> Pair:
+def _quiet_nuisance_pair(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame,
+                         first: npt.NDArray[np.intp], idx: int, *, propensity: bool) -> Pair:
     """A nuisance pair on a quiet first half, as for two arms
     (:func:`dpcausal.commands.cate.audit._quiet_nuisance_pair`): every other first-half row in
     the control arm at the lower corner of the box (x̃ = the intercept alone) with Y at the
@@ -160,7 +161,6 @@ def _quiet_nuisance_pair(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame, 
     cols = setup.columns
     y_lo, y_hi = setup.y_bounds
     domain = _domain(spec, setup)
-    first = estimate_halves(audit_spec(spec), setup)[0]
     quiet: dict[str, Any] = {**{c: domain.numeric[c][0] for c in cols.covariates},
                              cols.treatment: spec.cate.control_label(),
                              cols.outcome: 0.5 * (y_lo + y_hi)}
