@@ -129,3 +129,23 @@ def halve_cate_ate_estimate_sensitivity(monkeypatch: pytest.MonkeyPatch) -> None
 
     for module in (ate_plan, ate_estimate):  # the plan and the release
         monkeypatch.setattr(module, "unit_mechanisms", halved)
+
+
+def drop_joint_contrast_factor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cate with K ≥ 3 arms: the joint release of the K − 1 contrasts calibrated to the
+    per-contrast Δ_ℋ instead of √(K − 1)·Δ_ℋ (plan and run alike), as if no row entered more than
+    one contrast (a control row enters every one: docs/proofs/cate.md §10)."""
+    import dataclasses
+    import math
+
+    from dpcausal.commands.cate import multi_arm, plan, privacy
+
+    real = privacy.function_mechanism
+
+    def per_contrast(*args: Any) -> Any:
+        mech = real(*args)
+        return dataclasses.replace(mech,
+                                   rkhs_sensitivity=mech.rkhs_sensitivity / math.sqrt(mech.paths))
+
+    for module in (plan, multi_arm, privacy):  # privacy: the noise sd the release reports
+        monkeypatch.setattr(module, "function_mechanism", per_contrast)

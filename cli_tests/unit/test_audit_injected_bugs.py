@@ -191,7 +191,7 @@ def test_the_default_black_box_can_reach_every_shipped_claim_it_can_afford() -> 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("config", ["owl", "synth_control", "select_policy", "cate", "cate_ate",
-                                    "two_stage"])
+                                    "cate_3arm", "two_stage"])
 def test_every_shipped_config_passes_at_default_settings(workdir: Path, config: str) -> None:
     code, report, err = audit(f"configs/{config}.yaml")
     assert code == 0, err

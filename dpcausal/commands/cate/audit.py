@@ -28,7 +28,7 @@ for n large enough), not a finite-n claim a neighbouring-pair audit could check.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +49,7 @@ from dpcausal.commands.cate.setup import CateSetup, build_setup, rff_features
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.commands.common import row_split
 from dpcausal.errors import SpecError
-from dpcausal.method import Release
+from dpcausal.method import Release, lazy
 
 FloatArray = npt.NDArray[np.float64]
 STAGE_FUNCTION = "cate.second_stage.function"
@@ -59,11 +59,7 @@ def _setup(spec: CateSpec, n_rows: int) -> CateSetup:
     if spec.cate.mode != "function":
         raise SpecError("cate.mode: audit privacy covers mode: function only; mode: queries has an "
                         "asymptotic guarantee (Thm 1, n large enough), not a finite-n claim to audit")
-    if spec.cate.multi_arm:
-        raise SpecError("cate.arms: audit privacy covers two-arm cate only for now; the K-arm "
-                        "release's sensitivity is checked by a neighbour search in the tests "
-                        "(cli_tests/unit/test_cate_multi_arm.py; proof docs/proofs/cate.md §10)",
-                        field="cate.arms")
+    assert not spec.cate.multi_arm, "K ≥ 3 arms: dpcausal.commands.cate.audit_multi_arm"
     return build_setup(spec, n_rows)
 
 
@@ -258,13 +254,25 @@ def _by_estimand(tau: Any, ate: Any) -> Any:
     return lambda spec, *args: (ate if spec.cate.estimand == "ate" else tau)(spec, *args)
 
 
+def _arms(two_arm: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``two_arm``, or for a spec with ``cate.arms`` (K ≥ 3) the K-arm adapter's ``name``
+    (:mod:`dpcausal.commands.cate.audit_multi_arm`, which uses this module's helpers)."""
+    k_arm = lazy(f"dpcausal.commands.cate.audit_multi_arm:{name}")
+
+    def call(spec: CateSpec, *args: Any) -> Any:
+        return (k_arm if spec.cate.multi_arm else two_arm)(spec, *args)
+
+    return call
+
+
 def _output_vector(release: Release) -> FloatArray:
     return (audit_ate.output_vector if "ate" in release.tables else output_vector)(release)
 
 
-ADAPTER = AuditAdapter(METHOD, "cate", _by_estimand(synthesize, audit_ate.synthesize),
-                       _by_estimand(neighbours, audit_ate.neighbours),
-                       _by_estimand(pre_noise, audit_ate.pre_noise), _output_vector,
-                       audit_spec=without_plot, coupled_spec=audit_spec)
+ADAPTER = AuditAdapter(METHOD, "cate",
+                       _by_estimand(_arms(synthesize, "synthesize"), audit_ate.synthesize),
+                       _by_estimand(_arms(neighbours, "neighbours"), audit_ate.neighbours),
+                       _by_estimand(_arms(pre_noise, "pre_noise"), audit_ate.pre_noise),
+                       _output_vector, audit_spec=without_plot, coupled_spec=audit_spec)
 """cate's audit adapter (listed in :data:`dpcausal.commands.COMMANDS`)."""
 """(synthesize, neighbours, pre_noise, output_vector), in AuditAdapter's order."""

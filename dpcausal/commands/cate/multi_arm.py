@@ -20,7 +20,7 @@ import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.cate.estimate import clip_xy, halves
-from dpcausal.commands.cate.krr import Learner, fit_krr, pseudo_outcomes
+from dpcausal.commands.cate.krr import KrrFit, Learner, fit_krr, pseudo_outcomes
 from dpcausal.commands.cate.privacy import (
     arm_nuisance_learners,
     function_mechanism,
@@ -82,11 +82,11 @@ def _nuisances(spec: CateSpec, setup: CateSetup, x1: FloatArray, codes1: IntArra
     return prop, outm
 
 
-def second_stage_values(spec: CateSpec, setup: CateSetup, prop: ArmPropensities,
-                        outm: OutcomeModel, x2: FloatArray, codes2: IntArray, y2: FloatArray,
-                        sq: FloatArray) -> tuple[FloatArray, FloatArray | None]:
-    """The non-private fits of every contrast (not a release): their values at the box-scaled
-    queries ``sq`` (r × d) and, with ``features: rff``, their weights (r × 2m; else None)."""
+def second_stage_fits(spec: CateSpec, setup: CateSetup, prop: ArmPropensities,
+                      outm: OutcomeModel, x2: FloatArray, codes2: IntArray, y2: FloatArray
+                      ) -> list[KrrFit] | FloatArray:
+    """The non-private fit of every contrast, in declared order (not a release): the exact
+    kernel's fits, or with ``features: rff`` their weights (r × 2m)."""
     arms, control = contrast_indices(spec)
     pi = prop.predict(x2)
     mu = np.column_stack([outm.predict(x2, j) for j in range(len(spec.cate.labels()))])
@@ -96,17 +96,25 @@ def second_stage_values(spec: CateSpec, setup: CateSetup, prop: ArmPropensities,
     if spec.cate.features == "rff":
         assert setup.rff_accuracy is not None
         feats = rff_features(spec, setup)
-        w = np.vstack([fit_rff_streaming(feats, s, rho, phi, lam0=setup.lam0,
-                                         huber_c=setup.huber_c, accuracy=setup.rff_accuracy).w
-                       for rho, phi in inputs])
-        return feats.evaluate(sq, w.T).T, w
+        return np.vstack([fit_rff_streaming(feats, s, rho, phi, lam0=setup.lam0,
+                                            huber_c=setup.huber_c, accuracy=setup.rff_accuracy).w
+                          for rho, phi in inputs])
     assert setup.krr_accuracy is not None
     kmat = gaussian_kernel(s, s, setup.bandwidth)
-    values = np.vstack([fit_krr(s, rho, phi, bandwidth=setup.bandwidth, lam0=setup.lam0,
-                                huber_c=setup.huber_c, accuracy=setup.krr_accuracy,
-                                kmat=kmat).predict(sq)
-                        for rho, phi in inputs])
-    return values, None
+    return [fit_krr(s, rho, phi, bandwidth=setup.bandwidth, lam0=setup.lam0,
+                    huber_c=setup.huber_c, accuracy=setup.krr_accuracy, kmat=kmat)
+            for rho, phi in inputs]
+
+
+def second_stage_values(spec: CateSpec, setup: CateSetup, prop: ArmPropensities,
+                        outm: OutcomeModel, x2: FloatArray, codes2: IntArray, y2: FloatArray,
+                        sq: FloatArray) -> tuple[FloatArray, FloatArray | None]:
+    """The non-private fits of every contrast (not a release): their values at the box-scaled
+    queries ``sq`` (r × d) and, with ``features: rff``, their weights (r × 2m; else None)."""
+    fits = second_stage_fits(spec, setup, prop, outm, x2, codes2, y2)
+    if isinstance(fits, np.ndarray):
+        return rff_features(spec, setup).evaluate(sq, fits.T).T, fits
+    return np.vstack([fit.predict(sq) for fit in fits]), None
 
 
 def run(spec: CateSpec, frame: pd.DataFrame, plan: PrivacyPlan, side: dict[str, Any], *,
