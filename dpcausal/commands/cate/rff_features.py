@@ -100,11 +100,13 @@ class FourierFeatures:
         """ζ̃(s) for the rows of ``s``, converted exactly to float64 (norm ≤ 1)."""
         return self.transform32(s).astype(np.float64)
 
-    def transform32(self, s: FloatArray) -> Float32Array:
-        """ζ̃(s) for the rows of ``s`` as computed (float32, norm ≤ 1; module docstring)."""
+    def transform32(self, s: FloatArray, out: Float32Array | None = None) -> Float32Array:
+        """ζ̃(s) for the rows of ``s`` as computed (float32, norm ≤ 1; module docstring), into
+        ``out`` (a C-contiguous float32 array of n × 2m) when given."""
         s32 = np.ascontiguousarray(np.atleast_2d(s), dtype=np.float32)
         n, m = s32.shape[0], int(self.omega.shape[1])
-        out = np.empty((n, 2 * m), dtype=np.float32)
+        if out is None:
+            out = np.empty((n, 2 * m), dtype=np.float32)
         rows = min(SUB_ROWS, max(n, 1))
         bufs = tuple(np.empty((rows, m), np.float32) for _ in range(4))
         for i in range(0, n, rows):

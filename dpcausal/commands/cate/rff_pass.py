@@ -12,6 +12,7 @@ added into a float64 sum.
 from __future__ import annotations
 
 import functools
+import mmap
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +31,8 @@ Z_THREADS = 2
 T_GRID: FloatArray = 0.5 ** np.arange(28, dtype=np.float64)
 """The backtracking steps 1, ½, …, 2⁻²⁷ of the line search (the first below 1e-8, where it
 stops)."""
+SUB_ROWS = 128
+"""Rows converted to float64 at a time in a pass (1 MB at 2m = 1,000: stays in a core's cache)."""
 Part = tuple[FloatArray, FloatArray, FloatArray]
 """One piece of second-half rows: box-scaled covariates s, weights ρ, pseudo-outcomes φ."""
 
@@ -127,13 +130,16 @@ class FeatureCache:
         """Whether the block ending at row ``i1`` (all blocks before it kept too) fits."""
         return i1 * p * 4 <= self.cache_mb * 2**20
 
-    def get(self, key: tuple[int, int], p: int, make: Callable[[], Float32Array]) -> Float32Array:
-        """The block ``key`` = (i0, i1) of ``p`` features, computed by ``make`` unless kept."""
+    def get(self, key: tuple[int, int], p: int,
+            make: Callable[[Float32Array | None], Float32Array]) -> Float32Array:
+        """The block ``key`` = (i0, i1) of ``p`` features, computed by ``make(out)`` unless kept
+        (into a buffer of :func:`kept_buffer` when it is to be kept)."""
         z = self.blocks.get(key)
         if z is None:
-            z = make()
             if self.keeps(key[1], p):
-                self.blocks[key] = z
+                z = self.blocks[key] = make(kept_buffer((key[1] - key[0], p)))
+            else:
+                z = make(None)
         return z
 
     def rows(self, i0: int, i1: int) -> Float32Array | None:
@@ -142,6 +148,21 @@ class FeatureCache:
             if b0 <= i0 and i1 <= b1:
                 return z[i0 - b0:i1 - b0]
         return None
+
+
+def kept_buffer(shape: tuple[int, int]) -> Float32Array:
+    """An uninitialised float32 array for a kept feature block, in anonymous memory mapped
+    without NumPy's allocator: NumPy asks the kernel for transparent huge pages on large arrays,
+    and where the kernel then compacts memory on the first touch (``defrag: madvise``, the
+    common default) that cost 2–3 s of system time per 2 GB of kept features on the shared 2-core
+    benchmark machine, against ~0.6 s with ordinary pages (issue 24). Falls back to
+    ``np.empty`` where anonymous private maps are not available."""
+    nbytes = shape[0] * shape[1] * 4
+    flags = getattr(mmap, "MAP_PRIVATE", None), getattr(mmap, "MAP_ANONYMOUS", None)
+    if nbytes == 0 or None in flags:
+        return np.empty(shape, dtype=np.float32)
+    buf = mmap.mmap(-1, nbytes, flags=flags[0] | flags[1])  # type: ignore[operator]
+    return np.frombuffer(buf, dtype=np.float32).reshape(shape)
 
 
 def _block_bounds(n: int, rows: int) -> list[tuple[int, int]]:
@@ -189,27 +210,36 @@ def rff_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None,
             z32 = feats.transform32(s[i0:i1])
         else:
             z32 = cache.get((i0, i1), p, functools.partial(feats.transform32, s[i0:i1]))
-        z = scratch.float64(z32)
         ph, rc = phi[i0:i1], rho[i0:i1]
-        fv = z @ v  # margins at a point are always this one product (consistent inside sets)
+        f = None if step is None or cache is None else cache.margins_at((i0, i1), w)
+        need_f = step is not None and f is None
+        need_in = w_in is not None and (step is None or w_in is not w)
+        fv, f_new, f_in = np.empty(i1 - i0), np.empty(i1 - i0), np.empty(i1 - i0)
+        # float64 products a few rows at a time, each sub-block converted into a buffer that stays
+        # in the core's cache: margins at a point are always this one product (consistent inside
+        # sets), and the gradient's terms are row-local
+        for j0 in range(0, i1 - i0, SUB_ROWS):
+            j1 = min(i1 - i0, j0 + SUB_ROWS)
+            z = scratch.float64(z32[j0:j1])
+            fv[j0:j1] = z @ v
+            if need_f:
+                f_new[j0:j1] = z @ w
+            if need_in and w_in is not None:
+                f_in[j0:j1] = z @ w_in
+            zv_acc += z.T @ (rc[j0:j1] * huber_derivative(fv[j0:j1] - ph[j0:j1], c))
         if kept is not None:
             kept[i0, i1] = fv
         r = fv - ph
-        f = None
         if step is None:
             loss[0] += float(rc @ huber_value(r, c))
         else:
-            f = cache.margins_at((i0, i1), w) if cache is not None else None
             if f is None:
-                f = z @ w
+                f = f_new
             df = fv - f  # Z·step without a third product
             rt = f[:, None] + df[:, None] * ts[None, :] - ph[:, None]
             loss += rc @ huber_value(rt, c)
-        zv_acc += z.T @ (rc * huber_derivative(r, c))
-        if w_in is None:
-            prev = np.zeros(i1 - i0, dtype=bool)
-        else:
-            prev = _inside((f if f is not None and w_in is w else z @ w_in) - ph, c)
+        prev = (np.zeros(i1 - i0, dtype=bool) if w_in is None
+                else _inside((f_in if need_in or f is None else f) - ph, c))
         add_inside_change(d_hess, z32, rc, _inside(r, c), prev, scratch)
 
     def worker(k: int) -> PassStats:
@@ -242,10 +272,12 @@ def rff_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None,
 def exact_gradient_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None,
                         w: FloatArray, cache: FeatureCache | None = None) -> FloatArray:
     """Σ ρ_i ℓ_c′(ζ̃_iᵀw − φ_i)ζ̃_i over one piece, in blocks of ≤ ``SUM_CHUNK`` rows added exactly
-    rounded (what :attr:`RffAccuracy.grad_allowance` bounds), in float64 from the float32 ζ̃
-    converted exactly. A block's features come from ``cache`` when a kept block holds its rows
-    (the same values ``transform32`` gives them); the blocks are computed in ``Z_THREADS`` threads,
-    and the exactly rounded total does not depend on their order."""
+    rounded (what :attr:`RffAccuracy.grad_allowance` bounds: a block's sum of ≤ ``SUM_CHUNK``
+    terms, here ``SUB_ROWS`` at a time then added, errs by γ_{SUM_CHUNK} of its absolute terms
+    in any order), in float64 from the float32 ζ̃ converted exactly. A block's features come
+    from ``cache`` when a kept block holds its rows (the same values ``transform32`` gives them);
+    the blocks are computed in ``Z_THREADS`` threads, and the exactly rounded total does not
+    depend on their order."""
     s, rho, phi = part
     n = s.shape[0]
     local = threading.local()
@@ -256,8 +288,13 @@ def exact_gradient_pass(part: Part, start: int, *, feats: FourierFeatures, c: fl
             z32 = feats.transform32(s[rows])
         if not hasattr(local, "scratch"):
             local.scratch = Scratch()
-        z = local.scratch.float64(z32)
-        return np.asarray(z.T @ (rho[rows] * huber_derivative(z @ w - phi[rows], c)))
+        total = np.zeros(feats.dim)
+        for j0 in range(0, z32.shape[0], SUB_ROWS):  # a few rows at a time, as in rff_pass
+            j1 = min(z32.shape[0], j0 + SUB_ROWS)
+            z = local.scratch.float64(z32[j0:j1])
+            sub = slice(rows.start + j0, rows.start + j1)
+            total += z.T @ (rho[sub] * huber_derivative(z @ w - phi[sub], c))
+        return total
 
     if n == 0:
         return np.zeros(feats.dim)
