@@ -17,9 +17,18 @@ Then it runs, A B A B … with the order alternating pair by pair, two whole pro
   owl — ``LogisticRegression(sample_weight=outcome weight)``; two-stage — the same with the inverse
   known-propensity weights; select-policy — ``Ridge`` per arm and ``LogisticRegression`` on half the
   rows, then every policy's doubly robust value on the other half, vectorised in numpy; cate — the
-  same nuisances, DR pseudo-outcomes, then ``RBFSampler`` (500 features, as ours) + ``Ridge``
-  evaluated on the spec's 101 grid points; synth-control — the panel pivoted wide and a ``Ridge`` of
-  the target's pre-period on every donor (ridge synthetic control).
+  same nuisances, DR pseudo-outcomes, then ``RBFSampler`` + ``Ridge`` evaluated on the spec's 101
+  grid points (the number of features: below); synth-control — the panel pivoted wide and a
+  ``Ridge`` of the target's pre-period on every donor (ridge synthetic control).
+
+cate's peer has as many features as ours (``--cate-peer-components``, default 2·``rff_dim`` =
+1,000; issue 24). Ours draws ``rff_dim`` = 500 frequencies and uses cos AND sin of each: 1,000
+features, so a 1,000-weight ridge whose Gram is 1,000 × 1,000; scikit-learn's
+``RBFSampler(n_components=k)`` draws k frequencies with random phases and uses one cosine of each:
+k features. Until issue 24 the peer used ``n_components=500`` ("500 features, as ours"), i.e. half
+our feature dimension and a quarter of our Gram work per row: a cheaper model, not the same one.
+Both are Monte-Carlo approximations of the same Gaussian kernel; the matched peer fits a model of
+the same size as ours (``--cate-peer-components 500`` runs the former one).
 
 Printed: a Markdown table with, per cell, each side's median CPU (user + sys) and wall seconds and
 the median (min–max) of the pair-by-pair ratios ours / peer. The objectives differ in their details
@@ -114,7 +123,8 @@ result = int(np.argmax(psi.mean(axis=0)))
 from sklearn.kernel_approximation import RBFSampler
 e = np.clip(ps.predict_proba(xs)[:, 1], 0.05, 0.95)
 pseudo = mu1 - mu0 + ts / e * (ys - mu1) - (1 - ts) / (1 - e) * (ys - mu0)
-rff = RBFSampler(gamma=0.5 / a["bandwidth"] ** 2, n_components=500, random_state=0).fit(xs)
+rff = RBFSampler(gamma=0.5 / a["bandwidth"] ** 2, n_components=a["components"],
+                 random_state=0).fit(xs)
 final = Ridge(alpha=1.0).fit(rff.transform(xs), pseudo)
 grid = np.full((101, x.shape[1]), 0.5)
 grid[:, 0] = np.linspace(*a["cov_bounds"], 101)
@@ -176,7 +186,8 @@ def _library(covs: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-def setup(command: str, n: int, tmp: Path) -> tuple[Path, dict[str, Any]]:
+def setup(command: str, n: int, tmp: Path,
+          cate_components: int | None = None) -> tuple[Path, dict[str, Any]]:
     """Write the data and the spec of one cell; return the spec path and the peer's arguments."""
     doc = _example(command)
     section = command.replace("-", "_")
@@ -208,6 +219,8 @@ def setup(command: str, n: int, tmp: Path) -> tuple[Path, dict[str, Any]]:
         doc[section]["features"] = "rff"
         doc["privacy"]["delta"] = min(doc["privacy"]["delta"], 0.1 / n)  # δ < 1/n at every size
         peer["bandwidth"] = doc[section]["bandwidth"]
+        features = 2 * int(doc[section].get("rff_dim", 500))  # cos and sin of each frequency
+        peer["components"] = features if cate_components is None else cate_components
     spec = tmp / "spec.yaml"
     spec.write_text(yaml.safe_dump(doc))
     peer.update(data=str(data), out=str(tmp / "peer.json"))
@@ -226,13 +239,14 @@ def timed(argv: list[str]) -> tuple[float, float]:
     return wall, cpu_seconds(proc.stderr)
 
 
-def cell(command: str, n: int, pairs: int) -> dict[str, list[float]]:
+def cell(command: str, n: int, pairs: int,
+         cate_components: int | None = None) -> dict[str, list[float]]:
     """Interleaved pairs of one (command, size): walls and CPUs of each side."""
     runs: dict[str, list[float]] = {k: [] for k in ("ours_wall", "ours_cpu", "peer_wall",
                                                     "peer_cpu")}
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        spec, peer = setup(command, n, tmp)
+        spec, peer = setup(command, n, tmp, cate_components)
         script = tmp / "peer.py"
         script.write_text(PEER_HEAD + PEERS[command] + PEER_TAIL)
         sides: dict[str, Callable[[], tuple[float, float]]] = {
@@ -259,6 +273,8 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--commands", nargs="+", default=list(PEERS), choices=list(PEERS))
     ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--cate-peer-components", type=int, default=None,
+                    help="RBFSampler features of cate's peer (default: 2·rff_dim, ours)")
     args = ap.parse_args()
     print(f"load average at start {load_average()} on {os.cpu_count()} cores; {args.pairs} "
           "interleaved pairs per cell after one warm-up each")
@@ -267,7 +283,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for command in args.commands:
         for n in args.sizes:
-            r = cell(command, n, args.pairs)
+            r = cell(command, n, args.pairs, args.cate_peer_components)
             med = {k: statistics.median(v) for k, v in r.items()}
             print(f"| {command} | {n:,} | {med['ours_cpu']:.2f} | {med['peer_cpu']:.2f} | "
                   f"{med['ours_wall']:.2f} | {med['peer_wall']:.2f} | "

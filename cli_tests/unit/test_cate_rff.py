@@ -10,6 +10,8 @@ from sklearn.linear_model import Ridge
 from cli_tests.helpers import assert_three_arm, ks_three_arm
 from cli_tests.unit.test_cate_method import dataset1, make_spec
 from dpcausal.commands.cate import rff as cate_rff
+from dpcausal.commands.cate import rff_features as rff_feature_map
+from dpcausal.commands.cate import rff_pass
 from dpcausal.commands.cate.estimate import prepare, run, second_stage_rff
 from dpcausal.commands.cate.krr import huber_value, pseudo_outcomes
 from dpcausal.commands.cate.plan import plan
@@ -182,7 +184,7 @@ def test_streamed_release_equals_the_in_memory_release(monkeypatch: pytest.Monke
     frame = dataset1(700, 13)
     spec = make_spec(features="rff", rff_dim=30, privacy={"epsilon": 3.0})
     pl = plan(spec, len(frame), {}, rng=np.random.default_rng(0))
-    monkeypatch.setattr(cate_rff, "BLOCK_BYTES", 8 * 60 * 41)  # 41-row blocks
+    monkeypatch.setattr(rff_feature_map, "BLOCK_BYTES", 8 * 60 * 41)  # 41-row blocks
     monkeypatch.setattr(cate_rff, "CACHE_MB", 0.0)
     rel = run(spec, frame, pl, {}, rng=np.random.default_rng(0),
                    noise=NoiseGuard(pl, test_seed=9))
@@ -232,5 +234,6 @@ def test_kept_margins_and_worker_count_change_no_weight(monkeypatch: pytest.Monk
     assert any(calls)  # some full steps reused the kept margins
     monkeypatch.setattr(cate_rff.FeatureCache, "margins_at", lambda self, key, w: None)
     assert np.array_equal(fit(), reused)
-    monkeypatch.setattr(cate_rff, "Z_THREADS", 1)
-    assert np.allclose(fit(), reused, rtol=0, atol=1e-12)
+    monkeypatch.setattr(rff_pass, "Z_THREADS", 1)
+    # one worker sums the float32 Gram blocks in another order: another point with ‖∇J‖ ≤ 1e-11
+    assert np.allclose(fit(), reused, rtol=0, atol=1e-11 / (2 * 0.01))

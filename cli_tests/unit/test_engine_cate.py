@@ -11,6 +11,7 @@ import pytest
 
 from dpcausal.commands.cate import engine as engine_cate
 from dpcausal.commands.cate import rff as cate_rff
+from dpcausal.commands.cate import rff_pass
 from dpcausal.commands.cate.rff import FourierFeatures, fit_rff_streaming, solve_rff
 from dpcausal.commands.cate.rff_accuracy import RffAccuracy, feature_error
 from dpcausal.engine import split
@@ -64,17 +65,19 @@ def test_engine_rff_solver_equals_the_in_memory_solver_with_damped_steps(
     acc = _accuracy(feats, n, lam0, 2.0 * c)
     ref = fit_rff_streaming(feats, s, rho, phi, lam0=lam0, huber_c=c, accuracy=acc)
     signs: list[float] = []
-    real = cate_rff._add_gram
+    real = rff_pass._add_gram
 
     def spy(acc: np.ndarray, z: np.ndarray, w: np.ndarray, sign: float, **kw: Any) -> None:
         signs.append(sign)
         real(acc, z, w, sign, **kw)
 
-    monkeypatch.setattr(cate_rff, "_add_gram", spy)
+    monkeypatch.setattr(rff_pass, "_add_gram", spy)
     engine = _batches(s, rho, phi)
     fit = solve_rff(engine, feats, n=n, lam0=lam0, huber_c=c, accuracy=acc, rows=37)
-    np.testing.assert_allclose(fit.w, ref.w, rtol=0, atol=1e-9)
-    assert fit.iterations == ref.iterations and fit.grad_norm <= acc.stop_tol
+    # both certified: each within d* of the minimiser (the float32 Newton systems of different
+    # partitions differ in rounding, so the iterates need not agree bit for bit; issue 24)
+    assert np.linalg.norm(fit.w - ref.w) <= 2.0 * acc.target
+    assert fit.grad_norm <= acc.stop_tol
     assert engine.passes > fit.iterations + 1  # some steps were damped (one extra pass each)
     assert -1.0 in signs and 1.0 in signs  # rows left and entered the Huber inside set
     # the certificate is the gradient over every row at the returned w, recomputed here
@@ -93,7 +96,8 @@ def test_engine_rff_solver_squared_and_wide_huber(huber_c: float | None) -> None
     acc = _accuracy(feats, n, 0.01, 40.0 if huber_c is None else 2.0 * huber_c, huber_c is None)
     ref = fit_rff_streaming(feats, s, rho, phi, lam0=0.01, huber_c=huber_c, accuracy=acc)
     fit = solve_rff(_batches(s, rho, phi), feats, n=n, lam0=0.01, huber_c=huber_c, accuracy=acc)
-    np.testing.assert_allclose(fit.w, ref.w, rtol=0, atol=1e-9)
+    assert np.linalg.norm(fit.w - ref.w) <= 2.0 * acc.target  # both certified (issue 24)
+    assert fit.grad_norm <= acc.stop_tol and ref.grad_norm <= acc.stop_tol
 
 
 @pytest.mark.parametrize("failure", ["iterations", "not-positive-definite"])

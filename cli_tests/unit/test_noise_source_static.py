@@ -26,7 +26,7 @@ PRIVATE_NAMES = {"noise_generator", "noise_rng", "ChaCha", "randomgen", "_rng"}
 PRIVATE_ATTRIBUTES = {"_rng", "bit_generator"}
 
 PUBLIC_GAUSSIAN = {  # (module, function) → why the draw is public randomness, not privacy noise
-    ("commands/cate/rff.py", "draw"): "random Fourier frequencies from the public rff_seed",
+    ("commands/cate/rff_features.py", "draw"): "random Fourier frequencies from the public rff_seed",
     ("commands/common/linear_rule.py", "random_fourier_projection"): "RFF from the public seed",
     ("commands/select_policy/library.py", "default_rare_threshold"): "public library constant",
     ("commands/select_policy/library.py", "paper160"): "public library generator (seeded)",

@@ -77,8 +77,8 @@ def _count_block(block: bytes, commas: int) -> int | None:
     if cr.size:
         length = length - np.isin(ends - 1, cr)
     filled = length > 0
-    comma_before = np.concatenate(([0], np.cumsum(arr == _COMMA)))
-    per_line = comma_before[ends] - comma_before[starts]
+    at = np.flatnonzero(arr == _COMMA)  # commas before byte k: searchsorted(at, k) (issue 24:
+    per_line = np.searchsorted(at, ends) - np.searchsorted(at, starts)  # a cumsum cost 10×)
     if not bool(np.all(per_line[filled] == commas)):
         return None
     return int(np.count_nonzero(filled))
