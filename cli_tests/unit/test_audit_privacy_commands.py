@@ -299,9 +299,13 @@ def unit_disc_witness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     from dpcausal.commands.two_stage import audit as two_stage_audit
 
     monkeypatch.chdir(tmp_path)
+    def polar(x: Any) -> Any:
+        return np.column_stack([x[:, 0] * np.cos(x[:, 1]), x[:, 0] * np.sin(x[:, 1])])
+
     monkeypatch.setattr(owl_features.FeatureMap, "_transform_linear",
-                        lambda self, x, block=8192: np.column_stack(
-                            [x[:, 0] * np.cos(x[:, 1]), x[:, 0] * np.sin(x[:, 1])]))
+                        lambda self, x, block=8192: polar(x))
+    monkeypatch.setattr(owl_features.FeatureMap, "transform_scaled",  # two-stage's prepare
+                        lambda self, scaled, clipped: polar(clipped))
     d, dp = _witness_rows([0, 1, 2, 3]), _witness_rows([0, 1, 2, 4])
     real = two_stage_audit.ADAPTER
     monkeypatch.setattr(two_stage_audit, "ADAPTER", dataclasses.replace(

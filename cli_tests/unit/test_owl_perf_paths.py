@@ -184,3 +184,18 @@ def test_subsample_warm_start_gives_a_certified_solution(monkeypatch: pytest.Mon
     cold, cold_g, _ = erm.newton(InMemory((v, y, w), n), np.zeros(d), acc, max_newton=100)
     assert np.linalg.norm(cold_g) <= tol
     assert np.linalg.norm(sol.theta - cold) <= 2 * tol / gamma
+
+
+@pytest.mark.parametrize("scaling", ["maxabs", "minmax"])
+@pytest.mark.parametrize("intercept", [True, False])
+def test_transform_from_clipped_and_scaled_rows_is_bitwise_transform(scaling: str,
+                                                                     intercept: bool) -> None:
+    # two-stage's prepare maps clipped rows once: the same bits as clip → scale → transform
+    rng = np.random.default_rng(3)
+    lower, upper = np.array([-1.0, 0.0, -3.5]), np.array([2.0, 7.0, -0.5])
+    fmap = FeatureMap(("a", "b", "c"), lower, upper, scaling, intercept)
+    x = rng.uniform(-9.0, 9.0, (20_000, 3))
+    clipped = np.clip(x, lower, upper)
+    scaled = fmap.scale_clipped(clipped)
+    assert np.array_equal(scaled, fmap.scale(x))
+    assert np.array_equal(fmap.transform_scaled(scaled, clipped), fmap.transform(x))

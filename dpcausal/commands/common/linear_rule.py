@@ -75,10 +75,27 @@ class FeatureMap:
 
     def scale(self, x: FloatArray) -> FloatArray:
         """Clip to the bounds, then scale each column."""
-        xc = np.clip(x, self.lower, self.upper)
+        return self.scale_clipped(np.clip(x, self.lower, self.upper))
+
+    def scale_clipped(self, xc: FloatArray) -> FloatArray:
+        """:meth:`scale` of rows already clipped to the bounds (the same values: clipping them
+        again is the identity)."""
         if self.scaling == "minmax":
             return (xc - self.lower) / (self.upper - self.lower)
         return xc / np.maximum(np.abs(self.lower), np.abs(self.upper))
+
+    def transform_scaled(self, scaled: FloatArray, clipped: FloatArray) -> FloatArray:
+        """:meth:`transform` of rows ``clipped`` to the bounds, given their :meth:`scale_clipped`
+        ``scaled``: for a linear map the same arithmetic as :meth:`_transform_linear` (scaled
+        column × ``row_scale``, so the same values) without clipping and scaling twice."""
+        if self.omega is not None:
+            return self.transform(clipped)
+        out = np.empty((scaled.shape[0], self.dim))
+        first = int(self.intercept)
+        if self.intercept:
+            out[:, 0] = self.row_scale
+        np.multiply(scaled, self.row_scale, out=out[:, first:])
+        return out
 
     def transform(self, x: FloatArray) -> FloatArray:
         """Map raw rows to v(x) with ‖v(x)‖₂ ≤ 1."""

@@ -203,7 +203,8 @@ def prepare(spec: TwoStageSpec, setup: TwoStageSetup, frame: pd.DataFrame,
                            command="two-stage")
     np.clip(raw, setup.fmap.lower, setup.fmap.upper, out=raw)  # raw is this function's own copy
     y = np.clip(y, setup.lower, setup.upper)
-    return Prepared(setup.fmap.transform(raw), setup.fmap.scale(raw), raw, treated, y,
+    scaled = setup.fmap.scale_clipped(raw)
+    return Prepared(setup.fmap.transform_scaled(scaled, raw), scaled, raw, treated, y,
                     targets(setup, y, treated))
 
 
