@@ -114,26 +114,38 @@ def neighbours(spec: CateSpec, frame: pd.DataFrame, rng: np.random.Generator,
                                        propensity=(j // 10) % 2 == 0)
             continue
         i = j - j // 5
-        b = i % 2
-        idx = int(blocks[b][int(rng.integers(len(blocks[b])))])
-        where = f"{names[b]} row {idx}"
-        kind = (i // 2 + 2) % 4
-        if kind == 0:
-            yield f"{where} -> corner of the bounds", None, replace_one(frame, idx,
-                                                                        domain.corner_row(rng))
-        elif kind == 1:
-            yield f"{where} -> random row in the bounds", None, replace_one(frame, idx,
-                                                                            domain.random_row(rng))
-        elif kind == 2:
-            row = domain.corner_row(rng)
-            row[cols.treatment] = spec.cate.treated
-            yield (f"{where} planted at a corner, treated, Y top vs bottom",
-                   replace_one(frame, idx, {**row, cols.outcome: y_hi}),
-                   replace_one(frame, idx, {**row, cols.outcome: y_lo}))
-        else:
-            a, c = domain.extreme_pair(rng)
-            yield (f"{where} planted at the upper corner, arm flipped",
-                   replace_one(frame, idx, a), replace_one(frame, idx, c))
+        yield cycled_pair(frame, blocks, names, i, domain, rng, (cols.treatment, spec.cate.treated),
+                          (cols.outcome, y_lo, y_hi), ("treated", "arm flipped"))
+
+
+def cycled_pair(frame: pd.DataFrame, blocks: tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]],
+                names: tuple[str, str], i: int, domain: RowDomain, rng: np.random.Generator,
+                arm: tuple[str, Any], outcome: tuple[str, float, float],
+                labels: tuple[str, str]) -> Pair:
+    """The i-th ordinary pair of the cate adapters: the replaced row alternates between the two
+    halves and the kind cycles every two pairs through: a random corner row in ``arm`` (column,
+    value) with ``outcome`` (column, low, high) at the top vs the bottom; the upper corner with the
+    arm moved (:meth:`RowDomain.extreme_pair`); a random corner of the bounds; a random row.
+    ``labels`` name the planted row's arm and the arm move in the pair's description."""
+    b = i % 2
+    idx = int(blocks[b][int(rng.integers(len(blocks[b])))])
+    where = f"{names[b]} row {idx}"
+    kind = (i // 2 + 2) % 4
+    if kind == 0:
+        return f"{where} -> corner of the bounds", None, replace_one(frame, idx,
+                                                                     domain.corner_row(rng))
+    if kind == 1:
+        return f"{where} -> random row in the bounds", None, replace_one(frame, idx,
+                                                                         domain.random_row(rng))
+    if kind == 2:
+        row = {**domain.corner_row(rng), arm[0]: arm[1]}
+        y_col, y_lo, y_hi = outcome
+        return (f"{where} planted at a corner, {labels[0]}, Y top vs bottom",
+                replace_one(frame, idx, {**row, y_col: y_hi}),
+                replace_one(frame, idx, {**row, y_col: y_lo}))
+    a, c = domain.extreme_pair(rng)
+    return (f"{where} planted at the upper corner, {labels[1]}",
+            replace_one(frame, idx, a), replace_one(frame, idx, c))
 
 
 def _quiet_pair(spec: CateSpec, setup: CateSetup, frame: pd.DataFrame,

@@ -38,7 +38,7 @@ import pandas as pd
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.audit.neighbours import Pair, RowDomain, replace_one
-from dpcausal.commands.cate.audit import RkhsElement, audit_spec, halves
+from dpcausal.commands.cate.audit import RkhsElement, audit_spec, cycled_pair, halves
 from dpcausal.commands.cate.estimate import clip_xy
 from dpcausal.commands.cate.estimate import halves as estimate_halves
 from dpcausal.commands.cate.multi_arm import contrast_indices, second_stage_fits
@@ -90,25 +90,8 @@ def neighbours(spec: CateSpec, frame: pd.DataFrame, rng: np.random.Generator,
                                        propensity=j % 10 == 1)
             continue
         i = j - 2 * (j // 5) - 2
-        b = i % 2
-        idx = int(blocks[b][int(rng.integers(len(blocks[b])))])
-        where = f"{names[b]} row {idx}"
-        kind = (i // 2 + 2) % 4
-        if kind == 0:
-            yield f"{where} -> corner of the bounds", None, replace_one(frame, idx,
-                                                                        domain.corner_row(rng))
-        elif kind == 1:
-            yield f"{where} -> random row in the bounds", None, replace_one(frame, idx,
-                                                                            domain.random_row(rng))
-        elif kind == 2:
-            row = {**domain.corner_row(rng), cols.treatment: control}
-            yield (f"{where} planted at a corner, control, Y top vs bottom",
-                   replace_one(frame, idx, {**row, cols.outcome: y_hi}),
-                   replace_one(frame, idx, {**row, cols.outcome: y_lo}))
-        else:
-            a, c = domain.extreme_pair(rng)
-            yield (f"{where} planted at the upper corner, arm moved to the next arm",
-                   replace_one(frame, idx, a), replace_one(frame, idx, c))
+        yield cycled_pair(frame, blocks, names, i, domain, rng, (cols.treatment, control),
+                          (cols.outcome, y_lo, y_hi), ("control", "arm moved to the next arm"))
 
 
 def _background(frame: pd.DataFrame, rows: npt.NDArray[np.intp], values: dict[str, Any]
