@@ -378,3 +378,14 @@ def test_noise_interval_covers_at_its_rate() -> None:
     assert iv["lo"] < doc["estimate"] < iv["hi"]  # no clamping here
     cov = coverage_three_arm(np.abs(tau_noise), lambda f: f * half)
     assert_coverage_three_arm(cov, 0.05)
+
+
+def test_the_shrinkage_warning_points_to_the_objective_learner_only_where_it_applies() -> None:
+    # a small ε and n shrink the output learner's propensity model: the dry run's warning names
+    # the objective learner; with a public propensity (a trial) there is no model to change
+    shrunk = plan(make_spec(eps=0.5), 300, {}, rng=np.random.default_rng(0))
+    assert "propensity_learner: objective" in shrunk.details["warning"]
+    trial = plan(make_spec(eps=0.5, propensity=0.4, outcome_model="ridge"), 300, {},
+                 rng=np.random.default_rng(0))
+    assert "outcome model's penalty" in trial.details["warning"]
+    assert "propensity_learner: objective" not in trial.details["warning"]
