@@ -15,7 +15,6 @@ Run: ``nice -n 19 python benchmarks/defaults_owl.py --reps 10 --noise 5``
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
@@ -35,20 +34,10 @@ from dpcausal.commands.owl.setup import build_setup, prepare
 from dpcausal.commands.owl.spec import OwlSpec
 
 HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "sample_data")]
+import defaults_dgp as dgp  # noqa: E402
+import make_sample_data as sample  # noqa: E402
 
-
-def _load(name: str, folder: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-dgp = _load("defaults_dgp", HERE)
-sample = _load("make_sample_data", HERE.parent / "sample_data")
 SETTINGS = {"total (today)": {}, "old γ = 75": {"gamma": 75.0, "eta": 0.001}}
 
 

@@ -16,7 +16,6 @@ Run: ``nice -n 19 python benchmarks/defaults_owl_auto.py --reps 30``
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import sys
@@ -37,12 +36,8 @@ from dpcausal.commands.owl.spec import OwlSpec
 from dpcausal.mechanisms import NoiseGuard
 
 HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("defaults_dgp", HERE / "defaults_dgp.py")
-assert _spec is not None
-assert _spec.loader is not None
-dgp = importlib.util.module_from_spec(_spec)
-sys.modules["defaults_dgp"] = dgp
-_spec.loader.exec_module(dgp)
+sys.path.insert(0, str(HERE))
+import defaults_dgp as dgp  # noqa: E402
 
 SETTINGS: dict[str, dict[str, Any]] = {"total (default)": {}, "auto": {"lambda": "auto"},
                                        "old γ = 75": {"gamma": 75.0, "eta": 0.001}}

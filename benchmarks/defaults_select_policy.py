@@ -16,7 +16,6 @@ Run: ``nice -n 19 python benchmarks/defaults_select_policy.py --reps 40``
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
@@ -34,12 +33,8 @@ from dpcausal.commands.select_policy.setup import build_setup
 from dpcausal.commands.select_policy.spec import SelectPolicySpec
 
 HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("defaults_dgp", HERE / "defaults_dgp.py")
-assert _spec is not None
-assert _spec.loader is not None
-dgp = importlib.util.module_from_spec(_spec)
-sys.modules["defaults_dgp"] = dgp
-_spec.loader.exec_module(dgp)
+sys.path.insert(0, str(HERE))
+import defaults_dgp as dgp  # noqa: E402
 
 COLS = dgp.NHEFS_COVARIATES
 SIDE = {"library": {"policies": dgp.nhefs_library()}}

@@ -19,7 +19,6 @@ Run: ``nice -n 19 python benchmarks/defaults_two_stage.py --reps 8 --noise 5``
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,20 +35,10 @@ from dpcausal.commands.two_stage.spec import TwoStageSpec
 from dpcausal.commands.two_stage.stage1 import compute_weights
 
 HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "sample_data")]
+import defaults_dgp as dgp  # noqa: E402
+import make_two_stage_data as paper  # noqa: E402
 
-
-def _load(name: str, folder: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-dgp = _load("defaults_dgp", HERE)
-paper = _load("make_two_stage_data", HERE.parent / "sample_data")
 SETTINGS = {"default (private centre)": {},
             "previous default (midpoint)": {"outcome_center": "midpoint"},
             "old λ₁ = 30 (midpoint)": {"l1_radius": 30.0, "outcome_center": "midpoint"},
