@@ -23,32 +23,19 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from owl_speed import GAMMA, OUTCOME_BOUNDS, SPEC, cpu_seconds, make_data  # noqa: E402
+from owl_speed import GAMMA, OUTCOME_BOUNDS, SPEC, make_data  # noqa: E402
+from peers import timed  # noqa: E402  (one whole process under /usr/bin/time -v)
 
 FLOOR = ("import sys, numpy as np, pyarrow.parquet as pq; C = sys.argv[2].split(','); "
          "t = pq.read_table(sys.argv[1], columns=C); "
          "[t.column(c).to_numpy().astype(np.float64, copy=False) for c in C]")
-
-
-def timed(argv: list[str]) -> tuple[float, float]:
-    """(wall, CPU user + sys) seconds of one whole process under /usr/bin/time -v."""
-    t0 = time.perf_counter()
-    proc = subprocess.run(["/usr/bin/time", "-v", *argv], capture_output=True, text=True,
-                          check=False)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(argv[:3])} … failed ({proc.returncode}):\n"
-                         f"{proc.stderr[-2000:]}")
-    return wall, cpu_seconds(proc.stderr)
 
 
 def spread(xs: list[float]) -> str:
