@@ -39,7 +39,6 @@ import pandas as pd
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.audit.neighbours import Pair, RowDomain, replace_one
 from dpcausal.audit.privacy import AuditAdapter
-from dpcausal.commands.cate import audit_ate
 from dpcausal.commands.cate.estimate import halves as estimate_halves
 from dpcausal.commands.cate.estimate import prepare, second_stage, second_stage_rff
 from dpcausal.commands.cate.krr import KrrFit, rkhs_distance
@@ -261,8 +260,10 @@ def without_plot(spec: CateSpec) -> CateSpec:
     return spec.model_copy(update={"cate": spec.cate.model_copy(update={"plot": False})})
 
 
-def _by_estimand(tau: Any, ate: Any) -> Any:
-    """``tau`` for the τ(x) release, ``ate`` (:mod:`.audit_ate`) for ``estimand: ate``."""
+def _by_estimand(tau: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``tau`` for the τ(x) release, or for ``estimand: ate`` the ATE adapter's ``name``
+    (:mod:`dpcausal.commands.cate.audit_ate`, which uses this module's helpers)."""
+    ate = lazy(f"dpcausal.commands.cate.audit_ate:{name}")
     return lambda spec, *args: (ate if spec.cate.estimand == "ate" else tau)(spec, *args)
 
 
@@ -278,13 +279,13 @@ def _arms(two_arm: Callable[..., Any], name: str) -> Callable[..., Any]:
 
 
 def _output_vector(release: Release) -> FloatArray:
-    return (audit_ate.output_vector if "ate" in release.tables else output_vector)(release)
+    ate: Callable[[Release], FloatArray] = lazy("dpcausal.commands.cate.audit_ate:output_vector")
+    return (ate if "ate" in release.tables else output_vector)(release)
 
 
 ADAPTER = AuditAdapter(METHOD, "cate",
-                       _by_estimand(_arms(synthesize, "synthesize"), audit_ate.synthesize),
-                       _by_estimand(_arms(neighbours, "neighbours"), audit_ate.neighbours),
-                       _by_estimand(_arms(pre_noise, "pre_noise"), audit_ate.pre_noise),
+                       _by_estimand(_arms(synthesize, "synthesize"), "synthesize"),
+                       _by_estimand(_arms(neighbours, "neighbours"), "neighbours"),
+                       _by_estimand(_arms(pre_noise, "pre_noise"), "pre_noise"),
                        _output_vector, audit_spec=without_plot, coupled_spec=audit_spec)
 """cate's audit adapter (listed in :data:`dpcausal.commands.COMMANDS`)."""
-"""(synthesize, neighbours, pre_noise, output_vector), in AuditAdapter's order."""

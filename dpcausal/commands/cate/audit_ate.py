@@ -55,6 +55,7 @@ from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.audit.neighbours import Pair, RowDomain, replace_one
 from dpcausal.commands.cate.ate_estimate import release_all, score
 from dpcausal.commands.cate.ate_setup import AteSetup, build_ate_setup
+from dpcausal.commands.cate.audit import audit_spec
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.commands.common import row_split
 from dpcausal.errors import SpecError
@@ -91,13 +92,6 @@ def _domain(spec: CateSpec, setup: AteSetup) -> RowDomain:
 def synthesize(spec: CateSpec, n: int, rng: np.random.Generator) -> pd.DataFrame:
     """``n`` rows drawn uniformly inside the public box and outcome bounds, A ∈ {0, 1}."""
     return _domain(spec, _setup(spec, n)).synthesize(n, rng)
-
-
-def audit_spec(spec: CateSpec) -> CateSpec:
-    """``spec`` with the split the gray-box values condition on
-    (:func:`~dpcausal.commands.common.row_split.for_audit`)."""
-    split = row_split.for_audit(spec.cate.split)
-    return spec.model_copy(update={"cate": spec.cate.model_copy(update={"split": split})})
 
 
 class Conditioned(NoiseGuard):
