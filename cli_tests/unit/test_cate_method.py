@@ -18,7 +18,8 @@ from dpcausal.commands.cate.krr import fit_krr, huber_value, pseudo_outcomes
 from dpcausal.commands.cate.krr_accuracy import KrrAccuracy
 from dpcausal.commands.cate.plan import plan
 from dpcausal.commands.cate.privacy import nuisance_learners
-from dpcausal.commands.cate.setup import build_setup, noise_factor, query_points, side_inputs
+from dpcausal.commands.cate.queries import query_points, side_inputs
+from dpcausal.commands.cate.setup import build_setup, noise_factor
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.errors import DataError, MissingBoundsError, SpecError, UncertifiedModeError
 from dpcausal.mechanisms import NoiseGuard

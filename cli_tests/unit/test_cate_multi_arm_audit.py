@@ -18,7 +18,8 @@ from dpcausal.commands.cate import audit_multi_arm as adapter
 from dpcausal.commands.cate import multi_arm
 from dpcausal.commands.cate.audit import ADAPTER, audit_spec
 from dpcausal.commands.cate.method import METHOD
-from dpcausal.commands.cate.setup import build_setup, query_points
+from dpcausal.commands.cate.queries import query_points
+from dpcausal.commands.cate.setup import build_setup
 
 N = 120
 STAGE = adapter.STAGE_FUNCTION

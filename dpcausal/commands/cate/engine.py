@@ -54,9 +54,10 @@ from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.cate.estimate import clip_rows, halves
 from dpcausal.commands.cate.krr import pseudo_outcomes
 from dpcausal.commands.cate.privacy import function_mechanism, nuisance_learners, point_noise_sd
+from dpcausal.commands.cate.queries import query_points
 from dpcausal.commands.cate.release import build_release
 from dpcausal.commands.cate.rff import solve_rff
-from dpcausal.commands.cate.setup import CateSetup, build_setup, query_points, rff_features
+from dpcausal.commands.cate.setup import CateSetup, build_setup, rff_features
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.engine import split
 from dpcausal.engine.base import Engine, batch_error

@@ -26,9 +26,10 @@ from dpcausal.commands.cate.privacy import (
     point_noise_sd,
     queries_mechanism,
 )
+from dpcausal.commands.cate.queries import query_points
 from dpcausal.commands.cate.release import build_release
 from dpcausal.commands.cate.rff import FourierFeatures, fit_rff_streaming
-from dpcausal.commands.cate.setup import CateSetup, build_setup, query_points, rff_features
+from dpcausal.commands.cate.setup import CateSetup, build_setup, rff_features
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.commands.common import row_split
 from dpcausal.commands.common.arms import treated_mask

@@ -9,7 +9,8 @@ import numpy as np
 
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.cate.plan import plan as cate_plan
-from dpcausal.commands.cate.setup import data_columns, side_inputs
+from dpcausal.commands.cate.queries import side_inputs
+from dpcausal.commands.cate.setup import data_columns
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.method import MethodDef, lazy
 

@@ -26,9 +26,10 @@ from dpcausal.commands.cate.privacy import (
     function_mechanism,
     point_noise_sd,
 )
+from dpcausal.commands.cate.queries import query_points
 from dpcausal.commands.cate.release import build_release
 from dpcausal.commands.cate.rff import fit_rff_streaming
-from dpcausal.commands.cate.setup import CateSetup, build_setup, query_points, rff_features
+from dpcausal.commands.cate.setup import CateSetup, build_setup, rff_features
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.commands.common.arms import arm_codes
 from dpcausal.learners.dp_multinomial import ArmPropensities

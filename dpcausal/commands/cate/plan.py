@@ -19,6 +19,7 @@ from dpcausal.commands.cate.privacy import (
     queries_mechanism,
     split_alternative,
 )
+from dpcausal.commands.cate.queries import query_count, query_points
 from dpcausal.commands.cate.release import estimand, noise_law
 from dpcausal.commands.cate.setup import (
     NUISANCE_PART,
@@ -26,8 +27,6 @@ from dpcausal.commands.cate.setup import (
     CateSetup,
     build_setup,
     noise_factor,
-    query_count,
-    query_points,
 )
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.commands.common import row_split

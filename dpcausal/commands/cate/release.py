@@ -8,7 +8,8 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcausal.commands.cate.plot import plot_png
-from dpcausal.commands.cate.setup import CateSetup, grid_axes, rff_features
+from dpcausal.commands.cate.queries import grid_axes
+from dpcausal.commands.cate.setup import CateSetup, rff_features
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.intervals import clamp, interval_bounds
 from dpcausal.mechanisms.noise_law import gaussian_halfwidth
