@@ -211,7 +211,7 @@ class Release:
             ``out`` cannot be written (exit code 5 on the command line); nothing was written.
         """
         from dpcausal.io.release_dir import ReleaseDir
-        from dpcausal.pipeline import publish
+        from dpcausal.publishing import publish
 
         return publish(ReleaseDir(Path(out)), dict(self.files), self.receipt)
 
