@@ -304,8 +304,12 @@ def unit_disc_witness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
     monkeypatch.setattr(owl_features.FeatureMap, "_transform_linear",
                         lambda self, x, block=8192: polar(x))
-    monkeypatch.setattr(owl_features.FeatureMap, "transform_scaled",  # two-stage's prepare
-                        lambda self, scaled, clipped: polar(clipped))
+
+    def clip_polar(self: Any, columns: Any, block: int = 8192) -> Any:  # two-stage's prepare
+        clipped = np.clip(np.column_stack(columns), self.lower, self.upper)
+        return clipped, polar(clipped)
+
+    monkeypatch.setattr(owl_features.FeatureMap, "clip_transform_columns", clip_polar)
     d, dp = _witness_rows([0, 1, 2, 3]), _witness_rows([0, 1, 2, 4])
     real = two_stage_audit.ADAPTER
     monkeypatch.setattr(two_stage_audit, "ADAPTER", dataclasses.replace(

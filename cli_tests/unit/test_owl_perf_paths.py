@@ -188,14 +188,19 @@ def test_subsample_warm_start_gives_a_certified_solution(monkeypatch: pytest.Mon
 
 @pytest.mark.parametrize("scaling", ["maxabs", "minmax"])
 @pytest.mark.parametrize("intercept", [True, False])
-def test_transform_from_clipped_and_scaled_rows_is_bitwise_transform(scaling: str,
-                                                                     intercept: bool) -> None:
-    # two-stage's prepare maps clipped rows once: the same bits as clip → scale → transform
+def test_maps_of_clipped_rows_are_bitwise_those_of_raw_rows(scaling: str,
+                                                            intercept: bool) -> None:
+    # two-stage's prepare clips its covariates once, maps the features from the clipped rows and
+    # scales them again only when stage 1 asks: the same bits as clip → scale → transform
     rng = np.random.default_rng(3)
     lower, upper = np.array([-1.0, 0.0, -3.5]), np.array([2.0, 7.0, -0.5])
     fmap = FeatureMap(("a", "b", "c"), lower, upper, scaling, intercept)
     x = rng.uniform(-9.0, 9.0, (20_000, 3))
     clipped = np.clip(x, lower, upper)
-    scaled = fmap.scale_clipped(clipped)
-    assert np.array_equal(scaled, fmap.scale(x))
-    assert np.array_equal(fmap.transform_scaled(scaled, clipped), fmap.transform(x))
+    assert np.array_equal(fmap.scale_clipped(clipped), fmap.scale(x))
+    assert np.array_equal(fmap.transform(clipped), fmap.transform(x))
+    for block in (8192, 7, 20_000, 50_000):  # block edges inside, at and past the last row
+        got_clipped, got = fmap.clip_transform_columns(list(x.T), block=block)
+        assert got_clipped.flags.c_contiguous
+        assert np.array_equal(got_clipped, clipped)
+        assert np.array_equal(got, fmap.transform(x))

@@ -213,3 +213,26 @@ def test_zeta_bounds_every_record_gradient_and_is_attained() -> None:
         worst = max(worst, float(grad.max()))
     assert worst <= cal.zeta
     assert worst >= (1.0 - 1e-12) * cal.zeta
+
+
+@pytest.mark.parametrize("scaling", ["maxabs", "minmax"])
+@pytest.mark.parametrize("direction", ["higher", "lower"])
+def test_prepare_maps_rows_bitwise_as_clip_scale_transform(scaling: str, direction: str) -> None:
+    # issue 24: prepare reads the covariate columns without copying them, clips them into one
+    # C-ordered array and maps the features block by block; scaled only when stage 1 asks. The
+    # same bits as the former column_stack → clip → scale → transform, so the same release.
+    spec = make_spec(scaling=scaling, outcome_direction=direction,
+                     outcome=[-2.0, 3.0])
+    setup = build_setup(spec)
+    df = frame(20_011, seed=4)
+    df[COVS] = df[COVS] * 1.7  # values outside the public box [-1, 1]
+    df["x2"] = np.round(df["x2"] * 3).astype(int)  # an integer column (converted, not viewed)
+    data = prepare(spec, setup, df, None)
+    raw = np.clip(np.column_stack([df[c].to_numpy(dtype=np.float64) for c in COVS]), -1.0, 1.0)
+    assert data.raw.flags.c_contiguous
+    assert np.array_equal(data.raw, raw)
+    assert np.array_equal(data.x, setup.fmap.transform(raw))
+    assert np.array_equal(data.scaled, setup.fmap.scale(raw))
+    y = df["y"].to_numpy(dtype=np.float64) * (-1.0 if direction == "lower" else 1.0)
+    assert np.array_equal(data.y, np.clip(y, setup.lower, setup.upper))
+    assert np.array_equal(df[COVS[0]].to_numpy(), frame(20_011, seed=4)[COVS[0]].to_numpy() * 1.7)

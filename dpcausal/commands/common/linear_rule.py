@@ -84,19 +84,6 @@ class FeatureMap:
             return (xc - self.lower) / (self.upper - self.lower)
         return xc / np.maximum(np.abs(self.lower), np.abs(self.upper))
 
-    def transform_scaled(self, scaled: FloatArray, clipped: FloatArray) -> FloatArray:
-        """:meth:`transform` of rows ``clipped`` to the bounds, given their :meth:`scale_clipped`
-        ``scaled``: for a linear map the same arithmetic as :meth:`_transform_linear` (scaled
-        column × ``row_scale``, so the same values) without clipping and scaling twice."""
-        if self.omega is not None:
-            return self.transform(clipped)
-        out = np.empty((scaled.shape[0], self.dim))
-        first = int(self.intercept)
-        if self.intercept:
-            out[:, 0] = self.row_scale
-        np.multiply(scaled, self.row_scale, out=out[:, first:])
-        return out
-
     def transform(self, x: FloatArray) -> FloatArray:
         """Map raw rows to v(x) with ‖v(x)‖₂ ≤ 1."""
         x = np.asarray(x, dtype=np.float64)
@@ -112,28 +99,47 @@ class FeatureMap:
         matrix: each block of rows is gathered into a small buffer and mapped in place."""
         if self.omega is not None or not columns:
             return self.transform(np.column_stack(columns))
+        return self._map_columns(columns, block, None)
+
+    def clip_transform_columns(self, columns: list[FloatArray], block: int = 8192
+                               ) -> tuple[FloatArray, FloatArray]:
+        """``(c, transform(c))`` with ``c = np.clip(np.column_stack(columns), lower, upper)`` (the
+        same values, and ``c`` C-ordered as ``column_stack``'s) in one pass of cache-sized row
+        blocks: each block is gathered into ``c``, clipped there and mapped from it, so no other
+        n × p array is made (two-stage keeps the clipped covariates for its stage-1 weights)."""
+        if self.omega is not None or not columns:
+            clipped = np.clip(np.column_stack(columns), self.lower, self.upper)
+            return clipped, self.transform(clipped)
+        clipped = np.empty((len(columns[0]), len(columns)))
+        return clipped, self._map_columns(columns, block, clipped)
+
+    def _map_columns(self, columns: list[FloatArray], block: int, clipped: FloatArray | None
+                     ) -> FloatArray:
+        """The linear map of the rows stacked from ``columns``, block by block, with the
+        arithmetic of :meth:`_transform_linear` (clip, scale, × ``row_scale``); the clipped rows
+        are written into ``clipped`` when given (else into a scratch block)."""
         n = len(columns[0])
-        d = self.dim
         row_scale = self.row_scale
-        out = np.empty((n, d))
+        out = np.empty((n, self.dim))
         if self.intercept:
             out[:, 0] = row_scale
         first = int(self.intercept)
         span = self.upper - self.lower
         maxabs = np.maximum(np.abs(self.lower), np.abs(self.upper))
-        buf = np.empty((min(block, n), len(columns)))
+        buf = np.empty((min(block, n), len(columns))) if clipped is None else clipped
         for start in range(0, n, block):
             stop = min(start + block, n)
-            xb = buf[:stop - start]
+            xb = clipped[start:stop] if clipped is not None else buf[:stop - start]
             for j, col in enumerate(columns):
                 xb[:, j] = col[start:stop]
             part = out[start:stop, first:]
-            np.clip(xb, self.lower, self.upper, out=part)
+            src = xb if clipped is not None else part
+            np.clip(xb, self.lower, self.upper, out=src)
             if self.scaling == "minmax":
-                part -= self.lower
+                np.subtract(src, self.lower, out=part)
                 part /= span
             else:
-                part /= maxabs
+                np.divide(src, maxabs, out=part)
             part *= row_scale
         return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from dpcausal.commands.common.columns import ArmColumns
 from dpcausal.commands.common.linear_rule import FeatureMap
 from dpcausal.commands.two_stage.spec import MmdSection, TwoStageSpec
 from dpcausal.errors import MissingBoundsError, SpecError
-from dpcausal.frames import numeric_column, same_file
+from dpcausal.frames import numeric_column, numeric_columns, same_file
 from dpcausal.method import SideInput
 
 if TYPE_CHECKING:
@@ -78,11 +79,17 @@ class Prepared:
     """Mapped rows of one table (never released)."""
 
     x: FloatArray  # stage-2 features, ‖x‖ ≤ 1
-    scaled: FloatArray  # clipped, scaled covariates (stage-1 features)
     raw: FloatArray  # clipped raw covariates
     a: npt.NDArray[np.bool_]  # True = treated
     y: FloatArray  # outcome in the fitting direction, clipped to [L, U]
     t: FloatArray  # 2·(y − center)·ã (winsorised for a private centre; NaN until it is released)
+    fmap: FeatureMap
+
+    @functools.cached_property
+    def scaled(self) -> FloatArray:
+        """The clipped, scaled covariates (stage-1 features of ipw-logit, ebw and mmd), made when
+        first asked for: the other weights never need this n × p array (issue 24)."""
+        return self.fmap.scale_clipped(self.raw)
 
     def centred(self, setup: TwoStageSetup) -> Prepared:
         """The rows with the targets of ``setup``'s centre (after a private centre is released)."""
@@ -195,17 +202,17 @@ def prepare(spec: TwoStageSpec, setup: TwoStageSetup, frame: pd.DataFrame,
     """Validate and map the table: clip to the public bounds, features, ±1 arms, targets t."""
     cols = setup.columns
     sec = spec.two_stage
-    raw = np.column_stack([numeric_column(frame, c, path) for c in cols.covariates])
+    columns = numeric_columns(frame, list(cols.covariates), path)  # checked, not copied
     y = numeric_column(frame, cols.outcome, path)
     if sec.outcome_direction == "lower":
         y = -y
     treated = treated_mask(frame[cols.treatment], sec, path=path, column=cols.treatment,
                            command="two-stage")
-    np.clip(raw, setup.fmap.lower, setup.fmap.upper, out=raw)  # raw is this function's own copy
-    y = np.clip(y, setup.lower, setup.upper)
-    scaled = setup.fmap.scale_clipped(raw)
-    return Prepared(setup.fmap.transform_scaled(scaled, raw), scaled, raw, treated, y,
-                    targets(setup, y, treated))
+    # the clipped covariates (C-ordered, as column_stack's) and the features mapped from them, in
+    # one pass of cache-sized row blocks: the same values as clip → transform (issue 24)
+    raw, x = setup.fmap.clip_transform_columns(columns)
+    np.clip(y, setup.lower, setup.upper, out=y)  # y is this function's own copy
+    return Prepared(x, raw, treated, y, targets(setup, y, treated), setup.fmap)
 
 
 MMD_MAX_ROWS = 5000

@@ -19,7 +19,6 @@ import math
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special
 
 from dpcausal.commands.two_stage.dual import GRAD_TOL, solve_dual
 from dpcausal.errors import SolverError
@@ -57,6 +56,8 @@ def logit_sums(feats: FloatArray, af: FloatArray, lam: FloatArray
                ) -> tuple[float, FloatArray, FloatArray]:
     """Σ(log(1 + e^z) − a·z), Σ(p − a)x and Σ p(1 − p)x xᵀ at z = xᵀλ over the rows ``feats``
     (sums, so an engine adds them over batches)."""
+    from scipy import special  # lazy (issue 24): ipw-known, uniform and ipw-rct never need it
+
     z = feats @ lam
     p = special.expit(z)
     return (float(np.sum(np.logaddexp(0.0, z) - af * z)), feats.T @ (p - af),
@@ -142,6 +143,8 @@ def ebw_target(moment_mean: FloatArray, kappa: float, m_g: float) -> FloatArray:
 
 def ebw_sums(rows: FloatArray, lam: FloatArray) -> tuple[float, FloatArray, FloatArray]:
     """(L, Σp b, Σp b bᵀ) with L = log Σ exp⟨λ, b_i⟩ and p = softmax(z), over the rows ``rows``."""
+    from scipy import special  # lazy, as in logit_sums
+
     z = rows @ lam
     lse = special.logsumexp(z)
     p = np.exp(z - lse)
@@ -178,6 +181,8 @@ def ebw_weights(a: BoolArray, moments: FloatArray, *, kappa: float, m_g: float, 
     d = 2 * k
     fun = ebw_objective(lambda lam: ebw_sums(rows, lam), n, d, target, ridge)
     lam = solve_dual(fun, d, radius, ridge, n=n, certify=certify, what="ebw")
+    from scipy import special  # lazy, as in logit_sums
+
     z = rows @ lam
     w = n * np.exp(z - special.logsumexp(z))
     if arm_totals == "equal":
