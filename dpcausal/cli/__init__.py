@@ -12,6 +12,7 @@ from dpcausal import __version__
 from dpcausal.cli import audit as audit_cli
 from dpcausal.cli import ledger as ledger_cli
 from dpcausal.cli._run import guarded
+from dpcausal.cli.hugepages import set_numpy_hugepages
 from dpcausal.cli.options import Command, Group
 from dpcausal.cli.release import release_command
 from dpcausal.cli.threads import set_blas_threads
@@ -62,11 +63,12 @@ def schema(command: Annotated[str, typer.Argument(
 
 
 def main() -> None:
-    """Console-script entry point: the BLAS thread count (:mod:`dpcausal.cli.threads`), then the
-    command."""
+    """Console-script entry point: the BLAS thread count (:mod:`dpcausal.cli.threads`) and
+    numpy's huge pages (:mod:`dpcausal.cli.hugepages`), then the command."""
     try:
         set_blas_threads()
     except ValueError as exc:
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(2)
+    set_numpy_hugepages(sys.argv[1:])
     app()
