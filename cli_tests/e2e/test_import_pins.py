@@ -94,3 +94,14 @@ def test_heavy_imports_of_dry_run_and_release_are_pinned(command: str, tmp_path:
     if command in NO_PANDAS_DRY_RUN:
         assert "pandas" not in loaded["dry_run"], loaded
     assert loaded["release"] == sorted(RELEASE[command]), loaded
+
+
+def test_two_stage_in_memory_run_imports_no_scipy() -> None:
+    # issue 24: scipy.special only for the weights that use it (ipw-logit, ebw); ipw-known,
+    # uniform and ipw-rct releases whose ℓ1 ball does not bind (the 10⁶-row benchmark's) load no
+    # scipy at all, so the run's own modules must not import it
+    script = ("import sys\nimport dpcausal.commands.two_stage.estimate\n"
+              "print(sorted(m for m in sys.modules if m == 'scipy' or m.startswith('scipy.')))")
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         cwd=REPO, check=True)
+    assert res.stdout.strip().splitlines()[-1] == "[]", res.stdout
