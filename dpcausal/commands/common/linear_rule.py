@@ -126,14 +126,15 @@ class FeatureMap:
         first = int(self.intercept)
         span = self.upper - self.lower
         maxabs = np.maximum(np.abs(self.lower), np.abs(self.upper))
-        buf = np.empty((min(block, n), len(columns))) if clipped is None else clipped
+        keep = clipped is not None
+        rows = clipped if clipped is not None else np.empty((min(block, n), len(columns)))
         for start in range(0, n, block):
             stop = min(start + block, n)
-            xb = clipped[start:stop] if clipped is not None else buf[:stop - start]
+            xb = rows[start:stop] if keep else rows[:stop - start]
             for j, col in enumerate(columns):
                 xb[:, j] = col[start:stop]
             part = out[start:stop, first:]
-            src = xb if clipped is not None else part
+            src = xb if keep else part  # the clipped block: kept, or straight into the output
             np.clip(xb, self.lower, self.upper, out=src)
             if self.scaling == "minmax":
                 np.subtract(src, self.lower, out=part)
