@@ -29,22 +29,25 @@ from defaults_dgp import (  # the shared NHEFS- and NSW-shaped simulators (their
     NSW_BOUNDS,
     NSW_COVARIATES,
     NSW_OUTCOME,
+    Arrays,
     nhefs_shaped,
     nsw_shaped,
 )
 
 __all__ = ["NHEFS_BOUNDS", "NHEFS_COVARIATES", "NHEFS_OUTCOME", "NSW_BOUNDS", "NSW_COVARIATES",
-           "NSW_OUTCOME", "SIZES", "draw", "true_ate"]
+           "NSW_OUTCOME", "SIZES", "draw", "nhefs_logit", "true_ate"]
+
+
+def nhefs_logit(c: Arrays) -> np.ndarray:
+    """The NHEFS-shaped simulation's treatment logit: P(A = 1 | x) = expit(nhefs_logit(x))."""
+    return np.asarray(-1.05 - 0.15 * c["sex"] - 0.6 * c["race"] + 0.03 * (c["age"] - 43)
+                      + 0.1 * (c["education"] - 3) - 0.025 * (c["smokeintensity"] - 21)
+                      + 0.1 * (c["exercise"] - 1) + 0.005 * (c["wt71"] - 71))
 
 
 def _nhefs(n: int, rng: np.random.Generator) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
     """Covariates, treatment and the two potential outcomes (Y(0), Y(1))."""
-    d = nhefs_shaped(
-        n, rng,
-        logit=lambda c: (-1.05 - 0.15 * c["sex"] - 0.6 * c["race"] + 0.03 * (c["age"] - 43)
-                         + 0.1 * (c["education"] - 3) - 0.025 * (c["smokeintensity"] - 21)
-                         + 0.1 * (c["exercise"] - 1) + 0.005 * (c["wt71"] - 71)),
-        tau=lambda c: 3.0 - 0.05 * (c["age"] - 43))
+    d = nhefs_shaped(n, rng, logit=nhefs_logit, tau=lambda c: 3.0 - 0.05 * (c["age"] - 43))
     return d.x.assign(A=d.a), d.y0, d.y1
 
 
