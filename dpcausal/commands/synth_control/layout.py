@@ -12,8 +12,8 @@ columns only (spec §1.3 and §6.4).
 Types: integers, floats, text, booleans, dates and timestamps (naive or with a zone) behave as
 under pandas; a dictionary-encoded (categorical) Parquet column's periods are sorted by value
 (pandas sorted a categorical in its category order; a memory table's categorical was decoded
-already). Neither ``pyarrow.compute`` nor pyarrow's conversions to numpy and from Python values
-are used: the first costs ~0.02 CPU-s of start-up, the others import pandas (pyarrow 26).
+already). pyarrow's conversions to numpy and from Python values are not used (they import
+pandas, pyarrow 26), nor ``pyarrow.compute`` on small panels (its import costs ~0.02 CPU-s).
 """
 
 from __future__ import annotations
@@ -141,22 +141,22 @@ def _as_arrow(table: pa.Table | pd.DataFrame, columns: list[str]) -> pa.Table:
 
 
 class _Column:
-    """One Arrow column as sortable keys — numpy values read from its data buffers for numbers,
-    booleans, dates and timestamps (ticks), Python objects for the rest — and its missing
-    cells (nulls; NaN in a float column, as ``isna``). Without ``pyarrow.compute`` (~0.02 CPU-s
-    of start-up) or ``to_numpy`` (which imports pandas)."""
+    """One Arrow column as numpy keys that sort and compare as its values — read from its data
+    buffers for numbers, booleans, dates and timestamps (ticks), ranks of the distinct values
+    for text and the rest — and its missing cells (nulls; NaN in a float column, as ``isna``).
+    Without ``to_numpy`` (which imports pandas) and, below :data:`HASHED_ROWS` rows, without
+    ``pyarrow.compute``."""
 
     def __init__(self, col: pa.ChunkedArray) -> None:
         self.col = col
         self.n_rows = len(col)
-        self.keys: Any = _buffer_values(col)
-        if self.keys is None:
-            self.keys = np.array(col.to_pylist(), dtype=object)
-            self.missing = np.array([v is None for v in self.keys], dtype=bool)
+        keys = _buffer_values(col.type, col.chunks)
+        if keys is None:
+            self.keys, self.missing = _ranked_values(col)
         else:
-            self.missing = _nulls(col)
-            if self.keys.dtype.kind == "f":
-                self.missing |= np.isnan(self.keys)
+            self.keys, self.missing = keys, _nulls(col.chunks)
+            if keys.dtype.kind == "f":
+                self.missing |= np.isnan(keys)
 
     def factorize(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """(code of each row, first row of each code), codes in order of first appearance."""
@@ -171,15 +171,21 @@ class _Column:
         """(rank of each of ``rows`` among their distinct values in ascending order, the first
         of ``rows`` holding each distinct value)."""
         keys = self.keys[rows]
-        if keys.dtype != object:
-            _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-            return inverse.reshape(-1).astype(np.int64), rows[first]
-        distinct = sorted(set(keys.tolist()))
-        index = {v: i for i, v in enumerate(distinct)}
-        codes = np.fromiter((index[v] for v in keys), dtype=np.int64, count=len(keys))
-        first = np.full(len(distinct), len(keys), dtype=np.int64)
-        np.minimum.at(first, codes, np.arange(len(keys)))
-        return codes, rows[first]
+        if keys.dtype.kind == "b":
+            keys = keys.astype(np.int64)
+        if keys.dtype.kind in "iu" and len(keys):  # by counting when the span is small
+            lo = int(keys.min())
+            span = int(keys.max()) - lo + 1
+            if span <= 4 * len(keys) + 1024:
+                offset = (keys - keys.dtype.type(lo)).astype(np.int64)
+                present = np.zeros(span, dtype=bool)
+                present[offset] = True
+                codes = (np.cumsum(present) - 1)[offset]
+                first = np.full(int(present.sum()), len(keys), dtype=np.int64)
+                np.minimum.at(first, codes, np.arange(len(keys)))
+                return codes, rows[first]
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        return inverse.reshape(-1).astype(np.int64), rows[first]
 
     def values_at(self, rows: npt.NDArray[np.int64]) -> list[Any]:
         """The Python values of ``rows`` as pandas held them: ``datetime`` for a timestamp
@@ -195,15 +201,15 @@ class _Column:
         return [self.col.slice(int(r), 1).to_pylist()[0] for r in rows]
 
 
-def _buffer_values(col: pa.ChunkedArray) -> npt.NDArray[Any] | None:
-    """The values of a fixed-width column (numbers, booleans, dates, timestamps as ticks,
-    durations) from its data buffers (a null's slot holds any value); None for other types."""
+def _buffer_values(kind: pa.DataType, chunks: list[pa.Array]) -> npt.NDArray[Any] | None:
+    """The values of the chunks of a fixed-width column (numbers, booleans, dates, timestamps as
+    ticks, durations) from their data buffers (a null's slot holds any value); None for other
+    types."""
     import pyarrow as pa
 
-    kind = col.type
     if pa.types.is_boolean(kind):
         parts = [np.unpackbits(np.frombuffer(c.buffers()[1], np.uint8), bitorder="little")[
-            c.offset:c.offset + len(c)].astype(bool) for c in col.chunks]
+            c.offset:c.offset + len(c)].astype(bool) for c in chunks]
         return np.concatenate(parts) if parts else np.empty(0, bool)
     if pa.types.is_integer(kind):
         dtype = np.dtype(f"{'u' if pa.types.is_unsigned_integer(kind) else 'i'}"
@@ -216,14 +222,47 @@ def _buffer_values(col: pa.ChunkedArray) -> npt.NDArray[Any] | None:
     else:
         return None
     parts = [np.frombuffer(c.buffers()[1], dtype, count=c.offset + len(c))[c.offset:]
-             for c in col.chunks]
+             for c in chunks]
     return np.concatenate(parts) if parts else np.empty(0, dtype)
 
 
-def _nulls(col: pa.ChunkedArray) -> npt.NDArray[np.bool_]:
-    """Which rows are null, from the validity bitmaps."""
+HASHED_ROWS = 50_000
+"""From this many rows a text (or other non-numeric) column is factorized by
+``pyarrow.compute.dictionary_encode`` (its import costs ~0.02 CPU-s; Python's dictionary ~0.3
+µs a row)."""
+
+
+def _ranked_values(col: pa.ChunkedArray) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """Each row's rank among the column's distinct values in ascending (Python) order — keys
+    that sort and compare as the values — and which rows are null (rank −1)."""
+    if len(col) >= HASHED_ROWS:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        plain = col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col
+        encoded = pc.dictionary_encode(plain.combine_chunks())
+        distinct = encoded.dictionary.to_pylist()
+        missing = _nulls([encoded.indices])
+        indices = _buffer_values(encoded.indices.type, [encoded.indices])
+        assert indices is not None
+        codes = np.where(missing, 0, indices)
+    else:
+        values = col.to_pylist()
+        missing = np.array([v is None for v in values], dtype=bool)
+        index: dict[Any, int] = {}
+        codes = np.fromiter((0 if v is None else index.setdefault(v, len(index))
+                             for v in values), dtype=np.int64, count=len(values))
+        distinct = list(index)
+    order = sorted(range(len(distinct)), key=distinct.__getitem__)
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[order] = np.arange(len(distinct))
+    return np.where(missing, -1, rank[codes] if len(distinct) else 0), missing
+
+
+def _nulls(chunks: list[pa.Array]) -> npt.NDArray[np.bool_]:
+    """Which rows of a column's chunks are null, from their validity bitmaps."""
     parts = []
-    for c in col.chunks:
+    for c in chunks:
         bitmap = c.buffers()[0]
         if c.null_count == 0 or bitmap is None:
             parts.append(np.zeros(len(c), dtype=bool))
