@@ -56,6 +56,7 @@ TIMES: dict[str, tuple[pa.DataType, list[Any]]] = {
                                          for k in range(-2, 2)]),
     "zoned": (pa.timestamp("us", tz="Europe/Paris"),
               [dt.datetime(2020, m, 1, tzinfo=UTC) for m in range(1, 5)]),
+    "far_future": (pa.timestamp("s"), [dt.datetime(2300 + k, 1, 1) for k in range(4)]),
     "bool": (pa.bool_(), [False, True]),
     "text_prefixes": (pa.string(), ["2020", "2020\x00", "2020a", "2020é", "2020\x00a", "202"]),
     "large_text": (pa.large_string(), ["b", "ab", "a", "é"]),
@@ -68,7 +69,7 @@ TREATMENT: list[Any] = [
     2003, 2003.0, 2.5, "2003", "2020Q3", "2020-03-01", "2020-03-01T00:00:00", "2020-03-01 12:00",
     "March 2020", "2020/03/01", "2020-03", dt.date(2020, 3, 1), dt.datetime(2020, 3, 1),
     dt.datetime(2020, 3, 1, tzinfo=UTC), 0, True, "True", "1970-01-01", "2020a", "ab",
-    "x" * 70 + "c", 2**63 + 2**54,
+    "x" * 70 + "c", 2**63 + 2**54, "2302-01-01",
 ]
 """Treatment times of every type the spec takes (most refused by most columns)."""
 

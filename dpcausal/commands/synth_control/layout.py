@@ -50,8 +50,9 @@ _ISO = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?
 ``pd.Timestamp``, as before)."""
 
 _NS_RANGE = (np.datetime64("1678-01-01", "D"), np.datetime64("2262-01-01", "D"))
-"""Within this range a date converts to nanoseconds without overflow (numpy's comparison of a
-``datetime64[ns]`` column with a coarser stamp converts the stamp)."""
+"""Within this range a date converts to nanoseconds without overflow: numpy compares two
+datetimes in the finer unit (pandas compares outside it too; there the comparison is left to
+pandas)."""
 
 
 def build_layout(spec: SynthControlSpec, table: pa.Table | pd.DataFrame,
@@ -309,10 +310,11 @@ def _pre_mask(spec: SynthControlSpec, times: _Column, firsts: npt.NDArray[np.int
     col = spec.data.columns.time
     kind = times.col.type
     if pa.types.is_timestamp(kind):
+        stamps = times.keys[firsts].view(f"M8[{kind.unit}]")
         stamp = _naive_stamp(t_star) if kind.tz is None else None
-        if stamp is None:
+        if stamp is None or stamps.min() < _NS_RANGE[0] or stamps.max() >= _NS_RANGE[1]:
             return _pandas_before(spec, times, firsts, path)
-        return np.asarray(times.keys[firsts].view(f"M8[{kind.unit}]") < stamp)
+        return np.asarray(stamps < stamp)
     if pa.types.is_integer(kind) or pa.types.is_floating(kind):
         if isinstance(t_star, bool) or not isinstance(t_star, int | float):
             raise SpecError(
