@@ -46,8 +46,9 @@ from synth_control_panels import SHAPES, Panel, Shape, simulate
 
 from dpcausal.commands.synth_control import capped, dpsc
 from dpcausal.commands.synth_control.capped_plan import mechanisms_of, scales_of
+from dpcausal.commands.synth_control.layout import build_layout
 from dpcausal.commands.synth_control.method import METHOD
-from dpcausal.commands.synth_control.panel import OutcomeMap, build_layout
+from dpcausal.commands.synth_control.panel import OutcomeMap
 from dpcausal.commands.synth_control.spec import SynthControlSpec
 
 INDIVIDUAL = {  # (contribution, minimum population): public bounds a curator could defend

@@ -21,14 +21,16 @@ if TYPE_CHECKING:
 class SideInput:
     """A public file a method reads besides the sensitive data (tuning data, rows to score).
 
-    ``kind="table"`` (default) is read as a CSV/Parquet table (a DataFrame); ``kind="document"``
-    is a YAML/JSON file parsed with ``yaml.safe_load`` (e.g. a policy library, a public model).
+    ``kind="table"`` (default) is read as a CSV/Parquet table (a DataFrame); ``kind="arrow"`` as
+    the same table's Arrow form, unpreprocessed (a reader that needs no pandas: the panel's unit
+    and time columns); ``kind="document"`` is a YAML/JSON file parsed with ``yaml.safe_load``
+    (e.g. a policy library, a public model).
     """
 
     path: Path
     columns: list[str] | None  # None: every column
     what: str
-    kind: Literal["table", "document"] = "table"
+    kind: Literal["table", "arrow", "document"] = "table"
 
 
 @dataclass(frozen=True)

@@ -70,13 +70,15 @@ def side_inputs(method: MethodDef, spec: CommonSpec,
         info = tables.inspect_table(s.path, s.what)
         if s.columns:
             tables.check_columns(info, prep.raw_columns(s.columns) if prep is not None
-                                 and prep.active else s.columns)
+                                 and prep.active and s.kind == "table" else s.columns)
         pending[name] = functools.partial(_read_side_table, s, list(info.columns), prep)
     return SideInputs(loaded, pending)
 
 
 def _read_side_table(s: SideInput, header: list[str], prep: Preprocessor | None) -> Any:
     columns = s.columns or header
+    if s.kind == "arrow":
+        return tables.read_arrow(s.path, columns, s.what)
     if prep is None or not prep.active:
         return tables.read_table(s.path, columns, s.what)
     frame = tables.read_table(s.path, prep.raw_columns(columns) if s.columns else columns,

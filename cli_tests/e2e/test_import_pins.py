@@ -35,18 +35,18 @@ DRY_RUN: dict[str, tuple[str, ...]] = {
     # the analytic Gaussian's σ and the Gaussian half-widths in plain floats
     # (dpcausal.mechanisms.normal), not scipy.special/optimize
     "cate": (),
-    # the panel's public structure (n, T, T0) is read from the unit and time values by pandas
-    "synth-control": ("pandas", "pyarrow"),
+    # the panel's public structure (n, T, T0) is read from the unit and time values as Arrow
+    # arrays (dpcausal.commands.synth_control.layout), not pandas
+    "synth-control": ("pyarrow",),
     # the ℓ2-Laplace projection half-width in numpy (dpcausal.mechanisms.projection_law)
     "owl": (),
     # the ℓ2-Laplace norm quantile of the accuracy bound: solved without scipy (integer d)
     "two-stage": (),
 }
 
-NO_PANDAS_DRY_RUN = ("select-policy", "cate", "owl", "two-stage")
+NO_PANDAS_DRY_RUN = ("select-policy", "cate", "synth-control", "owl", "two-stage")
 """Commands whose ``--dry-run`` must not import pandas (issue 24: importing it alone costs more
-than the whole plan). synth-control's plan needs the panel's unit and time values, which it still
-reads through pandas."""
+than the whole plan). synth-control's plan reads the panel's unit and time values with pyarrow."""
 
 RELEASE: dict[str, tuple[str, ...]] = {
     "select-policy": (*BASE, "scipy.special", "scipy.linalg", "matplotlib"),

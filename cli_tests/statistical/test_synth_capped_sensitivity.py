@@ -18,7 +18,7 @@ import pytest
 from dpcausal.commands.synth_control import capped
 from dpcausal.commands.synth_control.capped_audit import conditioning_sets
 from dpcausal.commands.synth_control.capped_plan import mechanisms_of, scales_of
-from dpcausal.commands.synth_control.panel import build_layout
+from dpcausal.commands.synth_control.layout import build_layout
 from dpcausal.commands.synth_control.spec import SynthControlSpec
 
 pytestmark = pytest.mark.statistical

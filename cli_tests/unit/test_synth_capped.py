@@ -15,8 +15,8 @@ from cli_tests.helpers import assert_coverage_three_arm, coverage_three_arm
 from dpcausal.commands.synth_control import capped
 from dpcausal.commands.synth_control.capped_plan import mechanisms_of, scales_of
 from dpcausal.commands.synth_control.capped_run import halfwidth
+from dpcausal.commands.synth_control.layout import build_layout
 from dpcausal.commands.synth_control.method import METHOD
-from dpcausal.commands.synth_control.panel import build_layout
 from dpcausal.commands.synth_control.spec import SynthControlSpec
 from dpcausal.errors import SpecError
 from dpcausal.mechanisms import NoiseGuard

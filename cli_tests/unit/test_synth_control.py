@@ -14,8 +14,9 @@ from sklearn.linear_model import Ridge
 from dpcausal.commands.synth_control import dpsc as core
 from dpcausal.commands.synth_control import plan as sc_plan
 from dpcausal.commands.synth_control.estimate import run
+from dpcausal.commands.synth_control.layout import build_layout
 from dpcausal.commands.synth_control.method import METHOD
-from dpcausal.commands.synth_control.panel import OutcomeMap, build_layout, value_matrix
+from dpcausal.commands.synth_control.panel import OutcomeMap, value_matrix
 from dpcausal.commands.synth_control.spec import SynthControlSpec
 from dpcausal.errors import DataError, MissingBoundsError, SpecError, UncertifiedModeError
 from dpcausal.mechanisms import L2LaplaceMechanism, LaplaceMechanism, NoiseGuard

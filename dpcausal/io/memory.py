@@ -58,10 +58,14 @@ class MemoryTable:
         file gives: each column goes through Arrow as a file's does, so a pandas-only type
         (categorical, nullable integer, mixed objects) arrives as the plain type a file would
         hold, or is refused naming the column (never quoting a cell)."""
+        return self.read_arrow(columns).to_pandas()
+
+    def read_arrow(self, columns: list[str]) -> pa.Table:
+        """``columns`` as the Arrow table :meth:`read` converts to pandas."""
         import pyarrow as pa
 
         arrays = [_column(self, c) for c in columns]
-        return pa.Table.from_arrays(arrays, names=list(columns)).to_pandas()
+        return pa.Table.from_arrays(arrays, names=list(columns))
 
 
 def _is_arrow_table(data: Any) -> bool:

@@ -295,6 +295,20 @@ def check_columns(info: TableInfo, columns: list[str], role: str = "") -> None:
 
 def read_table(path: Path | None, columns: list[str], what: str = "data file") -> pd.DataFrame:
     """Read only ``columns`` of ``path`` into a DataFrame (in the file's row order)."""
+    mem = memory.lookup(path)
+    if mem is not None:
+        check_columns(inspect_table(path, what), columns)
+        return mem.read(list(dict.fromkeys(columns)))
+    # one pandas block per column (zero-copy for numeric columns without nulls): the default
+    # consolidates same-typed columns into one 2-D block, a full copy of the table (~0.4 CPU-s
+    # of owl at 10⁶ × 22); the frame holds the same values and dtypes (issue 24)
+    return read_arrow(path, columns, what).to_pandas(split_blocks=True)
+
+
+def read_arrow(path: Path | None, columns: list[str], what: str = "data file") -> pa.Table:
+    """Read only ``columns`` of ``path`` into an Arrow table (in the file's row order): the
+    values :func:`read_table` holds, before their conversion to pandas — for a reader that needs
+    no pandas (synth-control's plan reads the panel's unit and time values, issue 24)."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -303,7 +317,7 @@ def read_table(path: Path | None, columns: list[str], what: str = "data file") -
     cols = list(dict.fromkeys(columns))
     mem = memory.lookup(path)
     if mem is not None:
-        return mem.read(cols)
+        return mem.read_arrow(cols)
     try:
         if info.path.is_dir():
             table = pa.concat_tables([_read_parquet(f, cols)
@@ -319,10 +333,7 @@ def read_table(path: Path | None, columns: list[str], what: str = "data file") -
                         file=info.path) from exc
     if table.num_rows == 0:
         raise DataError(f"{info.path}: the {what} has no rows", file=info.path)
-    # one pandas block per column (zero-copy for numeric columns without nulls): the default
-    # consolidates same-typed columns into one 2-D block, a full copy of the table (~0.4 CPU-s
-    # of owl at 10⁶ × 22); the frame holds the same values and dtypes (issue 24)
-    return table.to_pandas(split_blocks=True)
+    return table
 
 
 def _read_parquet(path: Path, columns: list[str]) -> pa.Table:

@@ -21,12 +21,12 @@ from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.audit.privacy import AuditAdapter
 from dpcausal.commands.synth_control import capped_audit
 from dpcausal.commands.synth_control.dpsc import STAGE_COEF, STAGE_POST, ridge_coefficients
+from dpcausal.commands.synth_control.layout import build_layout
 from dpcausal.commands.synth_control.method import METHOD
 from dpcausal.commands.synth_control.panel import (
     LongColumns,
     OutcomeMap,
     PanelLayout,
-    build_layout,
     panel_columns,
     structure_columns,
     value_matrix,
@@ -105,7 +105,7 @@ def _with_series(spec: SynthControlSpec, frame: pd.DataFrame, unit: Any,
     """A copy of ``frame`` with ``unit``'s whole series (raw units, time order) replaced."""
     out = frame.copy()
     cols = panel_columns(spec)
-    times = np.asarray(_layout(spec, frame).times)
+    times = pd.Series(_layout(spec, frame).times).to_numpy()  # as value_matrix maps them
     if isinstance(cols, LongColumns):
         rows = (out[cols.unit] == unit).to_numpy()
         pos = np.searchsorted(times, out.loc[rows, cols.time].to_numpy())

@@ -19,7 +19,8 @@ import pandas as pd
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.synth_control import capped
 from dpcausal.commands.synth_control.capped_plan import scales_of
-from dpcausal.commands.synth_control.panel import PanelLayout, build_layout, value_matrix
+from dpcausal.commands.synth_control.layout import build_layout
+from dpcausal.commands.synth_control.panel import PanelLayout, value_matrix
 from dpcausal.commands.synth_control.spec import SynthControlSpec
 
 FloatArray = npt.NDArray[np.float64]

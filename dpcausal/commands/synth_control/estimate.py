@@ -11,11 +11,11 @@ import pandas as pd
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.synth_control import dpsc
 from dpcausal.commands.synth_control.capped_run import run_capped
+from dpcausal.commands.synth_control.layout import build_layout
 from dpcausal.commands.synth_control.panel import (
     OutcomeMap,
     PanelLayout,
     _plain,
-    build_layout,
     value_matrix,
 )
 from dpcausal.commands.synth_control.plot import plot_capped_png, plot_png

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from dpcausal.accounting.plan import PredictedAccuracy, PrivacyPlan
 from dpcausal.commands.synth_control import dpsc, ridge_penalty
 from dpcausal.commands.synth_control.capped_plan import plan_capped
-from dpcausal.commands.synth_control.panel import OutcomeMap, PanelLayout, build_layout
+from dpcausal.commands.synth_control.layout import build_layout
+from dpcausal.commands.synth_control.panel import OutcomeMap, PanelLayout
 from dpcausal.commands.synth_control.setup import (
     COMMAND,
     NEIGHBOURING,
@@ -19,13 +21,11 @@ from dpcausal.commands.synth_control.setup import (
 )
 from dpcausal.commands.synth_control.spec import SynthControlSpec
 
-if TYPE_CHECKING:
-    import pandas as pd
 
-
-def plan(spec: SynthControlSpec, n_rows: int, side: dict[str, pd.DataFrame], *,
+def plan(spec: SynthControlSpec, n_rows: int, side: Mapping[str, Any], *,
          rng: np.random.Generator) -> PrivacyPlan:
-    """Build the plan from the spec and the panel's public structure (n, T, T0) alone."""
+    """Build the plan from the spec and the panel's public structure (n, T, T0) alone (``side``:
+    the unit and time columns as an Arrow table, the side input "panel")."""
     check_mode(spec)
     sec = spec.synth_control
     omap = OutcomeMap.from_spec(spec)

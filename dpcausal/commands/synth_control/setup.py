@@ -39,11 +39,13 @@ def side_inputs(spec: SynthControlSpec) -> dict[str, SideInput]:
     """The panel's public structure: the unit and time columns of the data file (no outcome).
 
     Read before the plan, also by ``--dry-run``: the donor count n, T and T0 are public under the
-    neighbouring relation (spec §1.3), and the plan's noise scales depend on them.
+    neighbouring relation (spec §1.3), and the plan's noise scales depend on them. Read as an
+    Arrow table: the plan needs no pandas (issue 24).
     """
     assert spec.data.path is not None
     return {"panel": SideInput(spec.data.path, structure_columns(spec),
-                               "panel structure (unit and time columns of the data file)")}
+                               "panel structure (unit and time columns of the data file)",
+                               kind="arrow")}
 
 
 def check_lambda(lam: float, n: int, t0: int) -> None:
