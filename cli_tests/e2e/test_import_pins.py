@@ -53,13 +53,14 @@ RELEASE: dict[str, tuple[str, ...]] = {
     # scipy.stats only for the queries-mode γ search (its Sobol points), not this function release
     "cate": (*BASE, "scipy.special", "scipy.linalg", "matplotlib"),
     "synth-control": (*BASE, "scipy.special", "matplotlib"),
-    # the noise law's half-width in numpy: no scipy at all
-    "owl": (*BASE, "matplotlib"),
+    # the noise law's half-width in numpy: no scipy at all; rule.png drawn with Pillow
+    # (dpcausal.commands.common.rule_png), not matplotlib
+    "owl": BASE,
     # with this noise the ℓ1 constraint of stage 2 binds: cvxpy (the interior-point warm start,
     # which imports scipy.stats/optimize/integrate/linalg); a draw where it does not bind loads
-    # none of them
+    # none of them; rule.png drawn with Pillow, as owl's
     "two-stage": (*BASE, "scipy.special", "scipy.stats", "scipy.optimize", "scipy.integrate",
-                  "scipy.linalg", "matplotlib", "cvxpy"),
+                  "scipy.linalg", "cvxpy"),
 }
 
 SCRIPT = """

@@ -14,7 +14,6 @@ of the released θ, public rows and public parameters: it costs no ε.
 
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcausal.accounting.plan import IntervalKind, PredictedAccuracy
-from dpcausal.intervals import draw_error_bars, interval_bounds, interval_record
+from dpcausal.intervals import interval_bounds, interval_record
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -167,48 +166,3 @@ def rule_summary(rule: dict[str, Any], recs: pd.DataFrame | None) -> dict[str, A
     if recs is not None and "noise_could_flip" in recs.columns:
         out["apply_to_share_noise_could_flip"] = float(recs["noise_could_flip"].mean())
     return out
-
-
-def plot_rule(rule: dict[str, Any], recs: pd.DataFrame | None, *, command: str) -> bytes:
-    """A PNG of the released rule's coefficients with their noise intervals, and (with
-    recommendations) the sorted margins of the scored rows with their band."""
-    from matplotlib.figure import Figure  # no pyplot: the caller's backend is left alone
-
-    iv = rule["intervals"]
-    level = float(iv["level"])
-    coefs = iv["coefficients_original_units"] or {f"theta[{j}]": r
-                                                  for j, r in enumerate(iv["theta"])}
-    names = list(coefs)
-    est = [coefs[k]["estimate"] for k in names]
-    half = [coefs[k]["interval"]["hi"] - coefs[k]["estimate"] for k in names]
-    panels = 2 if recs is not None and len(recs) else 1
-    fig = Figure(figsize=(5.0 * panels + 1.0, 0.35 * len(names) + 2.4), dpi=100)
-    axes = fig.subplots(1, panels, squeeze=False)[0]
-    draw_error_bars(axes[0], names, est, half, level=level, label="coefficient")
-    axes[0].set_xlabel(("coefficient, score per unit of x" if iv["coefficients_original_units"]
-                        else "θ (mapped features)") + f" ± {level * 100:g}% noise interval")
-    what = "a bound" if iv["bound"] else "exact"
-    title = (f"{command} rule, ε = {rule['privacy']['epsilon']:g}: "
-             f"{level * 100:g}% noise intervals ({what})")
-    if panels == 2:
-        assert recs is not None
-        order = np.argsort(recs["margin"].to_numpy())
-        m = recs["margin"].to_numpy()[order]
-        lo = recs["margin_noise_lo"].to_numpy()[order]
-        hi = recs["margin_noise_hi"].to_numpy()[order]
-        x = np.arange(1, len(m) + 1)
-        ax = axes[1]
-        ax.fill_between(x, lo, hi, color="tab:blue", alpha=0.2, linewidth=0,
-                        label=f"{level * 100:g}% noise band")
-        ax.plot(x, m, color="tab:blue", linewidth=1.2, label="released margin v(x)·θ")
-        ax.axhline(0.0, color="grey", linewidth=0.8)
-        ax.set_xlabel("scored rows, sorted by margin")
-        ax.set_ylabel("margin (treat when > 0)")
-        ax.legend(loc="best", fontsize=7)
-        share = float(recs["noise_could_flip"].mean())
-        title += f"\n{share:.0%} of {len(m)} recommendations could be flipped by the noise"
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    return buf.getvalue()

@@ -18,7 +18,8 @@ from dpcausal.commands.common.linear_rule import (
     apply_linear_rule,
     load_linear_rule,
 )
-from dpcausal.commands.common.rule_intervals import RuleNoise, plot_rule, rule_summary
+from dpcausal.commands.common.rule_intervals import RuleNoise, rule_summary
+from dpcausal.commands.common.rule_png import plot_rule
 from dpcausal.commands.owl.setup import OwlSetup
 from dpcausal.commands.owl.spec import OwlSpec
 from dpcausal.mechanisms.noise_law import event_halfwidth, law_label

@@ -15,7 +15,8 @@ from dpcausal.commands.common.linear_rule import (
     apply_linear_rule,
     load_linear_rule,
 )
-from dpcausal.commands.common.rule_intervals import RuleNoise, plot_rule, rule_summary
+from dpcausal.commands.common.rule_intervals import RuleNoise, rule_summary
+from dpcausal.commands.common.rule_png import plot_rule
 from dpcausal.commands.two_stage import center
 from dpcausal.commands.two_stage.privacy import OBJECTIVE_STAGE
 from dpcausal.commands.two_stage.setup import M_X, TwoStageSetup
