@@ -96,7 +96,10 @@ class FeatureMap:
 
     def transform_columns(self, columns: list[FloatArray], block: int = 8192) -> FloatArray:
         """``transform(np.column_stack(columns))`` (the same values) without building the stacked
-        matrix: each block of rows is gathered into a small buffer and mapped in place."""
+        matrix: each block of rows is gathered into a small contiguous buffer, clipped and scaled
+        there, and written once into the output by the final multiplication (the same arithmetic,
+        in the same order, as :meth:`_transform_linear`; ~30 % less CPU than working on the
+        output's strided block, issue 24)."""
         if self.omega is not None or not columns:
             return self.transform(np.column_stack(columns))
         return self._map_columns(columns, block, None)
@@ -133,15 +136,23 @@ class FeatureMap:
             xb = rows[start:stop] if keep else rows[:stop - start]
             for j, col in enumerate(columns):
                 xb[:, j] = col[start:stop]
-            part = out[start:stop, first:]
-            src = xb if keep else part  # the clipped block: kept, or straight into the output
-            np.clip(xb, self.lower, self.upper, out=src)
+            np.clip(xb, self.lower, self.upper, out=xb)
+            if keep:  # the clipped block is kept: map it from there into the output
+                part = out[start:stop, first:]
+                if self.scaling == "minmax":
+                    np.subtract(xb, self.lower, out=part)
+                    part /= span
+                else:
+                    np.divide(xb, maxabs, out=part)
+                part *= row_scale
+                continue
+            # a scratch block: scaled in place there (contiguous), written once by the product
             if self.scaling == "minmax":
-                np.subtract(src, self.lower, out=part)
-                part /= span
+                xb -= self.lower
+                xb /= span
             else:
-                np.divide(src, maxabs, out=part)
-            part *= row_scale
+                xb /= maxabs
+            np.multiply(xb, row_scale, out=out[start:stop, first:])
         return out
 
     def _transform_linear(self, x: FloatArray, block: int = 8192) -> FloatArray:
