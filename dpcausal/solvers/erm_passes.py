@@ -36,14 +36,25 @@ BLOCK = 16_384
 
 
 def huber_dloss(z: FloatArray, h: float) -> FloatArray:
-    """ℓ'(z) = −clip((1 + h − z)/(2h), 0, 1) of the Huber hinge."""
-    return -np.clip(((1.0 + h) - z) / (2.0 * h), 0.0, 1.0)
+    """ℓ'(z) = −clip((1 + h − z)/(2h), 0, 1) of the Huber hinge (each step in place in one new
+    array: the same values as the expression, without its three temporaries)."""
+    out = np.subtract(1.0 + h, z)
+    out /= 2.0 * h
+    np.clip(out, 0.0, 1.0, out=out)
+    return np.negative(out, out=out)
 
 
-def _hessian(v: FloatArray, w: FloatArray, z: FloatArray, h: float) -> FloatArray:
-    """Σ_{|1 − z| ≤ h} w v vᵀ/(2h) over the rows whose margin z is in the quadratic piece."""
-    active = np.abs(1.0 - z) <= h
-    va = v[active]
+def _hessian(v: FloatArray, w: FloatArray, z: FloatArray, h: float,
+             rows: FloatArray | None = None) -> FloatArray:
+    """Σ_{|1 − z| ≤ h} w v vᵀ/(2h) over the rows whose margin z is in the quadratic piece.
+
+    ``rows``: a C-ordered array of v's shape to copy the active rows into (its first ones),
+    reused by the in-memory solver from pass to pass instead of a fresh copy each time (the same
+    values, the same product: only where the copy lives changes)."""
+    dist = np.subtract(1.0, z)
+    active = np.abs(dist, out=dist) <= h
+    va = v[active] if rows is None else np.compress(
+        active, v, axis=0, out=rows[:np.count_nonzero(active)])
     va *= np.sqrt(w[active] * (0.5 / h))[:, None]  # in place: one copy of the active rows
     return va.T @ va
 
@@ -55,7 +66,8 @@ def _gradients(v: FloatArray, y: FloatArray, w: FloatArray, z: FloatArray, h: fl
     errs by ≤ γ_{SUM_CHUNK+1}·Σ|terms| whatever the piece's size (the bound
     :attr:`dpcausal.solvers.erm_accuracy.ERMAccuracy.grad_allowance` uses; one BLAS sum over all
     rows would err by γ_n·Σ|terms|, which overtakes a tolerance of 1e-6·W at n ≈ 3·10⁴)."""
-    coef = w * y * huber_dloss(z, h)
+    coef = huber_dloss(z, h)
+    coef *= w * y  # (w y)·ℓ'(z), as w * y * ℓ'(z) computes it
     n = y.size
     if n <= SUM_CHUNK:
         return np.asarray(coef @ v, dtype=np.float64)
@@ -64,8 +76,11 @@ def _gradients(v: FloatArray, y: FloatArray, w: FloatArray, z: FloatArray, h: fl
 
 
 def _margins(v: FloatArray, y: FloatArray, points: list[FloatArray]) -> FloatArray:
-    """y vᵀp for each point p (a k × n array), computed from scratch in one pass over v."""
-    return y * (np.column_stack(points).T @ v.T)
+    """y vᵀp for each point p (a k × n array), computed from scratch in one pass over v (the
+    product by y in place: the same values as ``y * (P.T @ v.T)``)."""
+    z = np.column_stack(points).T @ v.T
+    z *= y
+    return np.asarray(z, dtype=np.float64)
 
 
 def _line(w: FloatArray, z: FloatArray, u: FloatArray, h: float, ts: FloatArray) -> FloatArray:
@@ -117,12 +132,13 @@ def _line(w: FloatArray, z: FloatArray, u: FloatArray, h: float, ts: FloatArray)
     return out
 
 
-def grad_hess(part: Part, start: int, *, theta: FloatArray, h: float
-              ) -> tuple[FloatArray, FloatArray]:
-    """Σ_batch w ℓ'(y vᵀθ) y v and Σ_{|1−y vᵀθ| ≤ h} w v vᵀ/(2h)."""
+def grad_hess(part: Part, start: int, *, theta: FloatArray, h: float,
+              rows: FloatArray | None = None) -> tuple[FloatArray, FloatArray]:
+    """Σ_batch w ℓ'(y vᵀθ) y v and Σ_{|1−y vᵀθ| ≤ h} w v vᵀ/(2h) (``rows``: as
+    :func:`_hessian`)."""
     v, y, w = part
     z = _margins(v, y, [theta])
-    return _gradients(v, y, w, z, h)[0], _hessian(v, w, z[0], h)
+    return _gradients(v, y, w, z, h)[0], _hessian(v, w, z[0], h, rows)
 
 
 def gradient_pass(part: Part, start: int, *, theta: FloatArray, h: float) -> FloatArray:
@@ -131,10 +147,12 @@ def gradient_pass(part: Part, start: int, *, theta: FloatArray, h: float) -> Flo
     return _gradients(v, y, w, _margins(v, y, [theta]), h)[0]
 
 
-def hessian(part: Part, start: int, *, theta: FloatArray, h: float) -> FloatArray:
-    """Σ_{|1−y vᵀθ| ≤ h} w v vᵀ/(2h) alone (the Hessian at a point whose gradient is known)."""
+def hessian(part: Part, start: int, *, theta: FloatArray, h: float,
+            rows: FloatArray | None = None) -> FloatArray:
+    """Σ_{|1−y vᵀθ| ≤ h} w v vᵀ/(2h) alone (the Hessian at a point whose gradient is known;
+    ``rows``: as :func:`_hessian`)."""
     v, y, w = part
-    return _hessian(v, w, _margins(v, y, [theta])[0], h)
+    return _hessian(v, w, _margins(v, y, [theta])[0], h, rows)
 
 
 def line_derivative(part: Part, start: int, *, theta: FloatArray, step: FloatArray, h: float,
