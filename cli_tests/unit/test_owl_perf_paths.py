@@ -238,3 +238,14 @@ def test_the_in_memory_solver_reuses_one_row_buffer() -> None:
     buf = erm.row_buffer(InMemory((v, np.ones(10), np.ones(10)), 10))
     assert buf is not None and buf.shape == v.shape and buf.flags.c_contiguous
     assert erm.row_buffer(object()) is None  # type: ignore[arg-type]  # an engine's pieces
+
+
+@pytest.mark.parametrize("start", [0, 1, 6, 7, 13, 1000])
+@pytest.mark.parametrize("k", [1, 3, 7])
+def test_stride_rows_selects_the_global_multiples_of_k(start: int, k: int) -> None:
+    m = 20
+    v = np.arange(m, dtype=np.float64)[:, None]
+    got = erm_passes.stride_rows((v, v[:, 0].copy(), v[:, 0].copy()), start, k=k)
+    want = np.flatnonzero((np.arange(start, start + m) % k) == 0)
+    assert np.array_equal(got[1], want.astype(np.float64))
+    assert np.array_equal(got[0][:, 0], want.astype(np.float64))

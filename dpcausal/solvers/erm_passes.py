@@ -184,5 +184,5 @@ def step_pass(part: Part, start: int, *, theta: FloatArray, step: FloatArray, h:
 def stride_rows(part: Part, start: int, *, k: int) -> Part:
     """The rows whose global index is a multiple of k (a public, partition-free subsample)."""
     v, y, w = part
-    sel = np.flatnonzero((np.arange(start, start + y.size) % k) == 0)
+    sel = np.arange((-start) % k, y.size, k)  # local i with (start + i) % k == 0
     return v[sel], y[sel], w[sel]
