@@ -208,8 +208,8 @@ def test_maps_of_clipped_rows_are_bitwise_those_of_raw_rows(scaling: str,
 
 @pytest.mark.parametrize("n", [1, 4095, 4097, 30_000])
 def test_newton_passes_are_bitwise_the_plain_expressions(n: int) -> None:
-    """Issue 24: the passes compute in place and the in-memory Hessian copies its active rows
-    into one reused buffer; every statistic is bit for bit what the plain expressions give."""
+    """Issue 24: the passes compute in place; every statistic is bit for bit what the plain
+    expressions give."""
     rng = np.random.default_rng(n)
     d, h = 6, 0.5
     v = rng.uniform(-1, 1, size=(n, d)) / math.sqrt(d)
@@ -223,21 +223,12 @@ def test_newton_passes_are_bitwise_the_plain_expressions(n: int) -> None:
     active = np.abs(1.0 - z[0]) <= h
     va = v[active] * np.sqrt(w[active] * (0.5 / h))[:, None]
     plain = va.T @ va
-    rows = np.full((n, d), np.nan)  # stale contents must not leak into the sum
-    for buffer in (None, rows, rows):  # fresh copy, then the same buffer reused
-        assert np.array_equal(erm_passes._hessian(v, w, z[0], h, buffer), plain)
+    assert np.array_equal(erm_passes._hessian(v, w, z[0], h), plain)
     coef = w * y * -np.clip(((1.0 + h) - z) / (2.0 * h), 0.0, 1.0)
     blocks = [coef[:, lo:lo + 4096] @ v[lo:lo + 4096] for lo in range(0, n, 4096)]
     want = blocks[0] if len(blocks) == 1 else np.array(
         [[math.fsum(b[k, j] for b in blocks) for j in range(d)] for k in range(3)])
     assert np.array_equal(erm_passes._gradients(v, y, w, z, h), want)
-
-
-def test_the_in_memory_solver_reuses_one_row_buffer() -> None:
-    v = np.ones((10, 3))
-    buf = erm.row_buffer(InMemory((v, np.ones(10), np.ones(10)), 10))
-    assert buf is not None and buf.shape == v.shape and buf.flags.c_contiguous
-    assert erm.row_buffer(object()) is None  # type: ignore[arg-type]  # an engine's pieces
 
 
 @pytest.mark.parametrize("start", [0, 1, 6, 7, 13, 1000])

@@ -150,16 +150,6 @@ def warm_start(backend: Backend, acc: ERMAccuracy) -> FloatArray:
     return theta if sub.accepts(theta, grad) else np.zeros(acc.d)
 
 
-def row_buffer(backend: Backend) -> FloatArray | None:
-    """In memory: an uninitialised C-ordered array the shape of the rows v, where each Hessian
-    pass of one Newton run copies its active rows (its pages are touched once, not a fresh
-    n_active × d copy per pass: at 10⁶ × 21 each copy was ~40 MB of new pages, issue 24); on an
-    engine None (each piece copies its own)."""
-    if not isinstance(backend, InMemory):
-        return None
-    return np.empty(np.shape(backend.piece[0]), dtype=np.float64)
-
-
 def newton(backend: Backend, theta: FloatArray, acc: ERMAccuracy, *, max_newton: int
            ) -> tuple[FloatArray, FloatArray, int]:
     """Newton with the exact line search from ``theta``; (θ, ∇G(θ) as computed, iterations).
@@ -174,15 +164,14 @@ def newton(backend: Backend, theta: FloatArray, acc: ERMAccuracy, *, max_newton:
     differently)."""
     d, gamma, h = acc.d, acc.gamma, acc.h
     speculative = not in_memory(backend)
-    rows = row_buffer(backend)
-    g_data, h_data = backend.map_sum(functools.partial(grad_hess, theta=theta, h=h, rows=rows))
+    g_data, h_data = backend.map_sum(functools.partial(grad_hess, theta=theta, h=h))
     for it in range(max_newton + 1):
         grad = g_data + gamma * theta
         gnorm = float(np.linalg.norm(grad))
         if acc.accepts(theta, grad) or it == max_newton or not np.isfinite(gnorm):
             return theta, grad, it
         if h_data is None:
-            h_data = backend.map_sum(functools.partial(hessian, theta=theta, h=h, rows=rows))
+            h_data = backend.map_sum(functools.partial(hessian, theta=theta, h=h))
         hess = h_data + gamma * np.eye(d)
         step = np.linalg.solve(hess, grad)
         d0 = -float(grad @ step)
@@ -195,8 +184,7 @@ def newton(backend: Backend, theta: FloatArray, acc: ERMAccuracy, *, max_newton:
             return theta, grad, it
         theta = theta - t * step
         if g_new is None:
-            g_new, h_new = backend.map_sum(functools.partial(grad_hess, theta=theta, h=h,
-                                                             rows=rows))
+            g_new, h_new = backend.map_sum(functools.partial(grad_hess, theta=theta, h=h))
         g_data, h_data = g_new, h_new
     raise AssertionError("unreachable")  # pragma: no cover
 

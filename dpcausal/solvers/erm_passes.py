@@ -44,17 +44,11 @@ def huber_dloss(z: FloatArray, h: float) -> FloatArray:
     return np.negative(out, out=out)
 
 
-def _hessian(v: FloatArray, w: FloatArray, z: FloatArray, h: float,
-             rows: FloatArray | None = None) -> FloatArray:
-    """Σ_{|1 − z| ≤ h} w v vᵀ/(2h) over the rows whose margin z is in the quadratic piece.
-
-    ``rows``: a C-ordered array of v's shape to copy the active rows into (its first ones),
-    reused by the in-memory solver from pass to pass instead of a fresh copy each time (the same
-    values, the same product: only where the copy lives changes)."""
+def _hessian(v: FloatArray, w: FloatArray, z: FloatArray, h: float) -> FloatArray:
+    """Σ_{|1 − z| ≤ h} w v vᵀ/(2h) over the rows whose margin z is in the quadratic piece."""
     dist = np.subtract(1.0, z)
     active = np.abs(dist, out=dist) <= h
-    va = v[active] if rows is None else np.compress(
-        active, v, axis=0, out=rows[:np.count_nonzero(active)])
+    va = v[active]
     va *= np.sqrt(w[active] * (0.5 / h))[:, None]  # in place: one copy of the active rows
     return va.T @ va
 
@@ -132,13 +126,12 @@ def _line(w: FloatArray, z: FloatArray, u: FloatArray, h: float, ts: FloatArray)
     return out
 
 
-def grad_hess(part: Part, start: int, *, theta: FloatArray, h: float,
-              rows: FloatArray | None = None) -> tuple[FloatArray, FloatArray]:
-    """Σ_batch w ℓ'(y vᵀθ) y v and Σ_{|1−y vᵀθ| ≤ h} w v vᵀ/(2h) (``rows``: as
-    :func:`_hessian`)."""
+def grad_hess(part: Part, start: int, *, theta: FloatArray, h: float
+              ) -> tuple[FloatArray, FloatArray]:
+    """Σ_batch w ℓ'(y vᵀθ) y v and Σ_{|1−y vᵀθ| ≤ h} w v vᵀ/(2h)."""
     v, y, w = part
     z = _margins(v, y, [theta])
-    return _gradients(v, y, w, z, h)[0], _hessian(v, w, z[0], h, rows)
+    return _gradients(v, y, w, z, h)[0], _hessian(v, w, z[0], h)
 
 
 def gradient_pass(part: Part, start: int, *, theta: FloatArray, h: float) -> FloatArray:
@@ -147,12 +140,10 @@ def gradient_pass(part: Part, start: int, *, theta: FloatArray, h: float) -> Flo
     return _gradients(v, y, w, _margins(v, y, [theta]), h)[0]
 
 
-def hessian(part: Part, start: int, *, theta: FloatArray, h: float,
-            rows: FloatArray | None = None) -> FloatArray:
-    """Σ_{|1−y vᵀθ| ≤ h} w v vᵀ/(2h) alone (the Hessian at a point whose gradient is known;
-    ``rows``: as :func:`_hessian`)."""
+def hessian(part: Part, start: int, *, theta: FloatArray, h: float) -> FloatArray:
+    """Σ_{|1−y vᵀθ| ≤ h} w v vᵀ/(2h) alone (the Hessian at a point whose gradient is known)."""
     v, y, w = part
-    return _hessian(v, w, _margins(v, y, [theta])[0], h, rows)
+    return _hessian(v, w, _margins(v, y, [theta])[0], h)
 
 
 def line_derivative(part: Part, start: int, *, theta: FloatArray, step: FloatArray, h: float,
