@@ -36,6 +36,10 @@ DPI = 100
 """Pixels per inch of the written PNG (matplotlib's default figure dpi)."""
 SCALE = 2
 """Drawn at this multiple of the final size, then reduced (antialiasing)."""
+MAX_ROWS_INCHES = 40.0
+"""The coefficient rows take 0.35 in each up to this height (114 rows); more rows share it, and
+then only every n-th is labelled (owl's random features reach 4,097 coefficients: a 1,436 in
+tall picture took matplotlib ~20 CPU-s and 850 MB)."""
 BLUE = (31, 119, 180)
 """matplotlib's ``tab:blue``."""
 BAND = (210, 227, 240)
@@ -200,8 +204,11 @@ def error_bar_panel(draw: ImageDraw.ImageDraw, box: tuple[float, float, float, f
     """The coefficients (rows, top to bottom) with their intervals, a zero line, in ``box``
     (left, top, right, bottom of the panel's whole area)."""
     left, top, right, bottom = box
-    label_w = max((text_width(s, 10) for s in names), default=0.0)
     k = len(names)
+    pitch = (bottom - top) / max(k, 1)  # about the drawing height of one row
+    every = max(1, math.ceil(line_height(10) / pitch))  # label every row, or every n-th
+    shown = list(range(0, k, every))
+    label_w = max((text_width(names[i], 10) for i in shown), default=0.0)
     axes = Axes(left + label_w + px(3.5) * 2 + px(6), top,
                 right - px(10), bottom - px(3.5) * 2 - line_height(10) * 2 - px(4),
                 view([est - half, est + half, est], include_zero=True), (-0.6, k - 0.4))
@@ -209,8 +216,8 @@ def error_bar_panel(draw: ImageDraw.ImageDraw, box: tuple[float, float, float, f
     xp0 = snap(float(axes.x(0.0)))
     draw.rectangle((xp0, axes.top, xp0 + SCALE - 1, axes.bottom), fill=GREY)
     ys = axes.y(pos)
-    cap = px(3)
-    r = px(2)
+    cap = min(px(3), max(pitch / 3, 1.0))
+    r = min(px(2), max(pitch / 3, 1.0))
     for e, h, yp in zip(est, half, ys, strict=True):
         if np.isfinite(e) and np.isfinite(h):
             a, b = axes.x([e - h, e + h])
@@ -222,7 +229,7 @@ def error_bar_panel(draw: ImageDraw.ImageDraw, box: tuple[float, float, float, f
             draw.ellipse((xe - r, yp - r, xe + r, yp + r), fill=BLUE)
     axes.frame(draw)
     below = axes.xticks(draw)
-    axes.yticks(draw, names, pos)
+    axes.yticks(draw, [names[i] for i in shown], pos[shown])
     draw.text(((axes.left + axes.right) / 2, below + px(2)), xlabel, fill=BLACK, font=font(10),
               anchor="ma")
 
@@ -307,7 +314,7 @@ def plot_rule(rule: dict[str, Any], recs: pd.DataFrame | None, *, command: str) 
         share = float(recs["noise_could_flip"].mean())
         title.append(f"{share:.0%} of {len(recs)} recommendations could be flipped by the noise")
     width = round((5.0 * panels + 1.0) * DPI) * SCALE
-    height = round((0.35 * len(names) + 2.4) * DPI) * SCALE
+    height = round((min(0.35 * len(names), MAX_ROWS_INCHES) + 2.4) * DPI) * SCALE
     image = Image.new("RGB", (width, height), WHITE)
     draw = ImageDraw.Draw(image)
     y = px(6)
