@@ -25,7 +25,7 @@ from dpcausal.commands.synth_control.spec import SynthControlSpec
 from dpcausal.errors import DataError, SpecError
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
     """A JSON-able form of a unit id or time value."""
     if isinstance(value, np.generic):
         value = value.item()
@@ -125,7 +125,7 @@ def build_layout(spec: SynthControlSpec, frame: pd.DataFrame, path: Path | None)
         if len(times) != len(tcol):
             dup = tcol[tcol.duplicated()].iloc[0]
             raise DataError(
-                f"{path}: period {_plain(dup)!r} appears in more than one row of column "
+                f"{path}: period {plain_value(dup)!r} appears in more than one row of column "
                 f"'{cols.time}'; the wide layout needs one row per period")
         target = str(sec.target)
         unit_cols = data_columns(spec)[2:]
@@ -152,7 +152,7 @@ def _check_cells(counts: npt.NDArray[np.int64], labels: list[Any], times: pd.Ser
     ):
         if bad.any():
             ui, ti = np.nonzero(bad)
-            named = ", ".join(f"unit {_plain(labels[u])!r} at time {_plain(times.iloc[t])!r}"
+            named = ", ".join(f"unit {plain_value(labels[u])!r} at time {plain_value(times.iloc[t])!r}"
                               for u, t in zip(ui[:MAX_NAMED], ti[:MAX_NAMED], strict=True))
             more = f" (and {len(ui) - MAX_NAMED} more)" if len(ui) > MAX_NAMED else ""
             raise DataError(f"{path}: {len(ui)} {what} panel cell(s): {named}{more}; {fix}")

@@ -23,7 +23,7 @@ import pytest
 from cli_tests.synth_layout_reference import build_layout as reference_layout
 from dpcausal.commands.synth_control import layout
 from dpcausal.commands.synth_control.layout import build_layout
-from dpcausal.commands.synth_control.panel import PanelLayout, _plain, unit_key
+from dpcausal.commands.synth_control.panel import PanelLayout, plain_value, unit_key
 from dpcausal.commands.synth_control.spec import SynthControlSpec
 from dpcausal.errors import DataError, SpecError
 from dpcausal.io.tables import read_arrow, read_table
@@ -127,8 +127,8 @@ def summary(layout: PanelLayout) -> tuple[Any, ...]:
     """What leaves the process of a layout: its plan details and rendered values (the receipt,
     the counterfactual table's time column, the weights' unit column), their text (plot titles,
     unit matching) and the values themselves (the release's row matching)."""
-    return (layout.to_dict(), layout.t0, [_plain(t) for t in layout.times],
-            [_plain(u) for u in (layout.target, *layout.donors)],
+    return (layout.to_dict(), layout.t0, [plain_value(t) for t in layout.times],
+            [plain_value(u) for u in (layout.target, *layout.donors)],
             [str(t) for t in layout.times], [unit_key(u) for u in (layout.target, *layout.donors)],
             list(layout.times), [layout.target, *layout.donors])
 

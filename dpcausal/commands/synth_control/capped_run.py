@@ -12,7 +12,7 @@ from scipy import special
 from dpcausal.accounting.plan import PrivacyPlan
 from dpcausal.commands.synth_control import capped
 from dpcausal.commands.synth_control.capped_plan import mechanisms_of, scales_of
-from dpcausal.commands.synth_control.panel import PanelLayout, _plain
+from dpcausal.commands.synth_control.panel import PanelLayout, plain_value
 from dpcausal.commands.synth_control.plot import plot_capped_png
 from dpcausal.commands.synth_control.setup import COMMAND
 from dpcausal.commands.synth_control.spec import SynthControlSpec
@@ -95,10 +95,10 @@ def run_capped(spec: SynthControlSpec, layout: PanelLayout, x_raw: FloatArray, y
             doc["average_post_effect"]["estimate"], law(mechs.placebos))
     if mechs.choice is not None:
         release.tables["weights"] = pd.DataFrame({
-            "unit": [_plain(u) for u in layout.donors], "weight": chosen / k})
+            "unit": [plain_value(u) for u in layout.donors], "weight": chosen / k})
     if spec.synth_control.plot:
         release.figures["synth_control.png"] = plot_capped_png(
-            table, target=str(_plain(layout.target)), epsilon=spec.privacy.epsilon,
+            table, target=str(plain_value(layout.target)), epsilon=spec.privacy.epsilon,
             average=doc["average_post_effect"], bounds=(scales.lo, scales.hi),
             level=1.0 - alpha)
     release.summary.update({
@@ -138,7 +138,7 @@ def _placebos(layout: PanelLayout, released: FloatArray, hw: float,
     """The placebo table (clamped to ±(hi − lo)) and its summary: the target's rank among the
     placebos by absolute average effect (post-processing of released values only)."""
     r = scales.hi - scales.lo
-    frame = pd.DataFrame({"unit": [_plain(u) for u in layout.donors],
+    frame = pd.DataFrame({"unit": [plain_value(u) for u in layout.donors],
                           "placebo_effect": released})
     frame = add_interval_columns(frame, "placebo_effect", hw, bounds=(-r, r))
     shown = frame["placebo_effect"].to_numpy(dtype=np.float64)
@@ -156,7 +156,7 @@ def _placebos(layout: PanelLayout, released: FloatArray, hw: float,
 
 def _table(layout: PanelLayout, y_raw: FloatArray, t0: int) -> pd.DataFrame:
     return pd.DataFrame({
-        "time": [_plain(t) for t in layout.times],
+        "time": [plain_value(t) for t in layout.times],
         "period": ["pre"] * t0 + ["post"] * layout.h,
         "observed": y_raw,
     })
@@ -200,8 +200,8 @@ def _document(spec: SynthControlSpec, layout: PanelLayout, plan: PrivacyPlan,
         "method": (f"capped: the average of k = {sec.k} donors nearest the target before the "
                    "treatment (a vertex of the capped simplex, cap 1/k), noise calibrated to each "
                    "released number"),
-        "target": _plain(layout.target),
-        "treatment_time": _plain(sec.treatment_time),
+        "target": plain_value(layout.target),
+        "treatment_time": plain_value(sec.treatment_time),
         "n_donors": layout.n, "pre_periods": layout.t0, "post_periods": layout.h,
         "k": sec.k, "donor_choice": scales.choice,
         "effect_definition": "observed target − synthetic control (the mean of the k chosen "
@@ -220,7 +220,7 @@ def _document(spec: SynthControlSpec, layout: PanelLayout, plan: PrivacyPlan,
     if scales.band is not None:
         doc["band"] = {"halfwidth": scales.band, "note": d["warning_band"]}
     if chosen is not None:
-        doc["chosen_donors"] = [_plain(u) for u, c in zip(layout.donors, chosen, strict=True)
+        doc["chosen_donors"] = [plain_value(u) for u, c in zip(layout.donors, chosen, strict=True)
                                 if c > 0.5]
     else:
         doc["chosen_donors"] = ("not released: the k nearest donors are a deterministic function "

@@ -15,7 +15,7 @@ from dpcausal.commands.synth_control.layout import build_layout
 from dpcausal.commands.synth_control.panel import (
     OutcomeMap,
     PanelLayout,
-    _plain,
+    plain_value,
     value_matrix,
 )
 from dpcausal.commands.synth_control.plot import plot_capped_png, plot_png
@@ -74,7 +74,7 @@ def run(spec: SynthControlSpec, frame: pd.DataFrame, plan: PrivacyPlan,
     t0 = layout.t0
     certified = spec.synth_control.method == "out"
     table = pd.DataFrame({
-        "time": [_plain(t) for t in layout.times],
+        "time": [plain_value(t) for t in layout.times],
         "period": ["pre"] * t0 + ["post"] * layout.h,
         "observed": y_raw,
         "counterfactual": np.concatenate([np.full(t0, np.nan), counterfactual]),
@@ -105,8 +105,8 @@ def run(spec: SynthControlSpec, frame: pd.DataFrame, plan: PrivacyPlan,
     release = Release(documents={"effect.json": doc}, tables={"counterfactual": table})
     if spec.synth_control.release_weights:
         release.tables["weights"] = pd.DataFrame({
-            "unit": [_plain(d) for d in layout.donors], "weight": f_out})
-    target = str(_plain(layout.target))
+            "unit": [plain_value(d) for d in layout.donors], "weight": f_out})
+    target = str(plain_value(layout.target))
     if spec.synth_control.plot and isinstance(avg, dict):
         release.figures["synth_control.png"] = plot_capped_png(
             table, target=target, epsilon=spec.privacy.epsilon, average=avg, bounds=bounds,
@@ -136,8 +136,8 @@ def effect_document(spec: SynthControlSpec, layout: PanelLayout, plan: PrivacyPl
             "DPSC_out (ridge + ℓ2-Laplace output perturbation, private post donors)" if certified
             else "DPSC_obj (objective perturbation) — UNCERTIFIED, no DP guarantee"),
         "paper": PAPER,
-        "target": _plain(layout.target),
-        "treatment_time": _plain(spec.synth_control.treatment_time),
+        "target": plain_value(layout.target),
+        "treatment_time": plain_value(spec.synth_control.treatment_time),
         "n_donors": layout.n, "pre_periods": layout.t0, "post_periods": layout.h,
         "average_post_effect": avg,
         "cumulative_post_effect": cum,

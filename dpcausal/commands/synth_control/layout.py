@@ -30,9 +30,9 @@ from dpcausal.commands.synth_control.panel import (
     MAX_NAMED,
     LongColumns,
     PanelLayout,
-    _plain,
     data_columns,
     panel_columns,
+    plain_value,
     structure_columns,
     unit_key,
 )
@@ -116,7 +116,7 @@ def build_layout(spec: SynthControlSpec, table: pa.Table | pd.DataFrame,
             repeated[firsts] = False
             dup = times.values_at(np.array([int(np.argmax(repeated))]))[0]
             raise DataError(
-                f"{path}: period {_plain(dup)!r} appears in more than one row of column "
+                f"{path}: period {plain_value(dup)!r} appears in more than one row of column "
                 f"'{cols.time}'; the wide layout needs one row per period")
         target = str(sec.target)
         donors = tuple(data_columns(spec)[2:])
@@ -294,7 +294,7 @@ def _check_cells(counts: npt.NDArray[np.int64], labels: list[Any], times: list[A
     ):
         if bad.any():
             ui, ti = np.nonzero(bad)
-            named = ", ".join(f"unit {_plain(labels[u])!r} at time {_plain(times[t])!r}"
+            named = ", ".join(f"unit {plain_value(labels[u])!r} at time {plain_value(times[t])!r}"
                               for u, t in zip(ui[:MAX_NAMED], ti[:MAX_NAMED], strict=True))
             more = f" (and {len(ui) - MAX_NAMED} more)" if len(ui) > MAX_NAMED else ""
             raise DataError(f"{path}: {len(ui)} {what} panel cell(s): {named}{more}; {fix}")

@@ -39,7 +39,7 @@ def unit_key(value: Any) -> str:
     return str(value)
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
     """A JSON-able form of a unit id or time value (a pandas ``Timestamp`` is a datetime)."""
     if isinstance(value, np.generic):
         value = value.item()
@@ -141,10 +141,10 @@ class PanelLayout:
     def to_dict(self) -> dict[str, Any]:
         """Public facts for the plan's details."""
         return {
-            "layout": self.layout, "target": _plain(self.target), "n_donors": self.n,
+            "layout": self.layout, "target": plain_value(self.target), "n_donors": self.n,
             "periods_T": self.periods, "pre_periods_T0": self.t0, "post_periods_h": self.h,
-            "first_time": _plain(self.times[0]), "first_post_time": _plain(self.times[self.t0]),
-            "last_time": _plain(self.times[-1]),
+            "first_time": plain_value(self.times[0]), "first_post_time": plain_value(self.times[self.t0]),
+            "last_time": plain_value(self.times[-1]),
         }
 
 
@@ -194,8 +194,8 @@ def _numeric(series: pd.Series, path: Path | None, column: str, labels: list[Any
                       (~np.isfinite(arr), "missing, NaN or infinite")):
         if bad.any():
             idx = np.flatnonzero(bad)
-            named = ", ".join(f"unit {_plain(labels[unit_idx[i]])!r} at time "
-                              f"{_plain(times.iloc[time_idx[i]])!r}" for i in idx[:MAX_NAMED])
+            named = ", ".join(f"unit {plain_value(labels[unit_idx[i]])!r} at time "
+                              f"{plain_value(times.iloc[time_idx[i]])!r}" for i in idx[:MAX_NAMED])
             more = f" (and {len(idx) - MAX_NAMED} more)" if len(idx) > MAX_NAMED else ""
             raise DataError(
                 f"{path}: column '{column}' has {len(idx)} {what} value(s): {named}{more}; "
