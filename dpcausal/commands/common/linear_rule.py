@@ -120,7 +120,7 @@ class FeatureMap:
                      ) -> FloatArray:
         """The linear map of the rows stacked from ``columns``, block by block, with the
         arithmetic of :meth:`_transform_linear` (clip, scale, × ``row_scale``); the clipped rows
-        are written into ``clipped`` when given (else into a scratch block)."""
+        are also copied into ``clipped`` when given."""
         n = len(columns[0])
         row_scale = self.row_scale
         out = np.empty((n, self.dim))
@@ -129,24 +129,15 @@ class FeatureMap:
         first = int(self.intercept)
         span = self.upper - self.lower
         maxabs = np.maximum(np.abs(self.lower), np.abs(self.upper))
-        keep = clipped is not None
-        rows = clipped if clipped is not None else np.empty((min(block, n), len(columns)))
+        buf = np.empty((min(block, n), len(columns)))
         for start in range(0, n, block):
             stop = min(start + block, n)
-            xb = rows[start:stop] if keep else rows[:stop - start]
+            xb = buf[:stop - start]  # a contiguous scratch block: clipped and scaled in place
             for j, col in enumerate(columns):
                 xb[:, j] = col[start:stop]
             np.clip(xb, self.lower, self.upper, out=xb)
-            if keep:  # the clipped block is kept: map it from there into the output
-                part = out[start:stop, first:]
-                if self.scaling == "minmax":
-                    np.subtract(xb, self.lower, out=part)
-                    part /= span
-                else:
-                    np.divide(xb, maxabs, out=part)
-                part *= row_scale
-                continue
-            # a scratch block: scaled in place there (contiguous), written once by the product
+            if clipped is not None:
+                clipped[start:stop] = xb
             if self.scaling == "minmax":
                 xb -= self.lower
                 xb /= span
