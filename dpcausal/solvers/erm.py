@@ -11,16 +11,19 @@ whose docstring proves it), so a sensitivity derived for the exact minimiser hol
 returned point after adding 2D, and no refusal, exit or message depends on the data.
 
 Every data pass is one ``backend.map_sum`` (or ``map_list``) of per-piece statistics
-(:mod:`dpcausal.solvers.erm_passes`): in memory the backend is the prepared table as one piece
-(:class:`dpcausal.solvers.backend.InMemory`), on an engine the batches or partitions of the table.
-So each objective has one solver and one certificate whatever the backend:
+(:mod:`dpcausal.solvers.erm_passes`), each one sweep over the rows in cache-sized blocks that
+computes all of the pass's statistics while a block is in cache: in memory the backend is the
+prepared table as one piece (:class:`dpcausal.solvers.backend.InMemory`), on an engine the
+batches or partitions of the table. So each objective has one solver and one certificate
+whatever the backend:
 
-* Newton's method (:func:`newton`) takes the Newton direction from a gradient pass (the gradient
-  and the Hessian Σ_quad w v vᵀ/(2h) at θ, margins computed from scratch) and the step length from
-  an exact line search over passes (:func:`dpcausal.solvers.erm_line.line_search`): φ'(t) of
+* Newton's method (:func:`newton`) takes the Newton direction from the gradient and the Hessian
+  Σ_quad w v vᵀ/(2h) at θ (margins computed from scratch) and the step length from an exact line
+  search over passes (:func:`dpcausal.solvers.erm_line.line_search`): φ'(t) of
   φ(t) = G(θ − t·step) is increasing and piecewise linear, so it is bracketed, never interpolated,
-  to the rounding level of φ'. A full step costs one pass (its gradient and Hessian come with the
-  line pass), a damped one two to four.
+  to the rounding level of φ'. After a full step (and from a nonzero start) the next full step is
+  tried first alone (its gradient and Hessian, φ'(1) = −∇G(θ − step)·step); a full step costs one
+  pass, a damped one two to five.
 * For n ≥ ``WARM_START_MIN_ROWS`` Newton starts from the minimiser on a fixed 1-in-k subsample of
   the rows (every k-th global row, weights scaled by n/m; the subsample is solved in memory by this
   same fast path). Should Newton not certify: Newton from θ = 0, then L-BFGS-B from θ = 0 (one
@@ -31,9 +34,11 @@ So each objective has one solver and one certificate whatever the backend:
 
 The certificate (:meth:`~dpcausal.solvers.erm_accuracy.ERMAccuracy.accepts`) is the test
 ‖ĝ‖ ≤ τ, τ ≥ 4× the public rounding allowance ε_g, on a gradient computed from scratch over every
-row at exactly the returned θ, summed in blocks of ``SUM_CHUNK`` rows added exactly rounded (in
-memory the gradient pass at θ, or a line pass whose candidate is θ; on an engine one more pass
-adding the pieces exactly, :func:`certify`), so the returned θ is within (τ + ε_g)/γ of the
+row at exactly the returned θ, summed in blocks of ≤ ``SUM_CHUNK`` rows added exactly rounded
+(in memory the gradient pass at θ, or a line or full-step pass whose candidate is θ — a sweep's
+gradient obeys the same rounding bound whatever else the sweep computes, the module docstring of
+:mod:`~dpcausal.solvers.erm_passes`; on an engine one more pass adding the pieces exactly,
+:func:`certify`), so the returned θ is within (τ + ε_g)/γ of the
 exact minimiser. The line search, the fallbacks and the start only shape the path. The number of
 passes depends on the data and is never published.
 """
@@ -54,7 +59,7 @@ from dpcausal.solvers.erm_accuracy import (
     in_memory,
 )
 from dpcausal.solvers.erm_line import line_search
-from dpcausal.solvers.erm_passes import Part, grad_hess, hessian, huber_dloss, stride_rows
+from dpcausal.solvers.erm_passes import Part, grad_hess, huber_dloss, stride_rows
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -156,22 +161,18 @@ def newton(backend: Backend, theta: FloatArray, acc: ERMAccuracy, *, max_newton:
 
     Stops when the certificate accepts the computed gradient (in memory it is the certificate's
     own blocked sum; on an engine :func:`certify` recomputes it exactly rounded), at the
-    iteration cap, or when no step makes progress. On an engine, one pass per iteration when the
-    full step is taken (its gradient and Hessian come with the line pass), two when a later line
-    pass's candidate is accepted, one more when another point is. In memory a pass is a function
-    call, so the line passes compute only the candidates' gradients and the Hessian follows at
-    the point accepted, if Newton continues (the same values: only the work is arranged
-    differently)."""
+    iteration cap, or when no step makes progress. One pass per iteration when the full step is
+    taken (its gradient and Hessian come with the line pass, computed in the same sweep over the
+    rows), two when a later line pass's candidate is accepted, one more when another point is;
+    in memory and on an engine alike."""
     d, gamma, h = acc.d, acc.gamma, acc.h
-    speculative = not in_memory(backend)
     g_data, h_data = backend.map_sum(functools.partial(grad_hess, theta=theta, h=h))
+    full = bool(np.any(theta != 0.0))  # a start near θ*: try the full step alone first
     for it in range(max_newton + 1):
         grad = g_data + gamma * theta
         gnorm = float(np.linalg.norm(grad))
         if acc.accepts(theta, grad) or it == max_newton or not np.isfinite(gnorm):
             return theta, grad, it
-        if h_data is None:
-            h_data = backend.map_sum(functools.partial(hessian, theta=theta, h=h))
         hess = h_data + gamma * np.eye(d)
         step = np.linalg.solve(hess, grad)
         d0 = -float(grad @ step)
@@ -179,11 +180,12 @@ def newton(backend: Backend, theta: FloatArray, acc: ERMAccuracy, *, max_newton:
             return theta, grad, it
         curv0 = float(step @ hess @ step)
         t, g_new, h_new = line_search(backend, theta, step, d0=d0, curv0=curv0, gamma=gamma, h=h,
-                                      hessians=speculative)
+                                      full_step_first=full)
+        full = t == 1.0
         if t * float(np.linalg.norm(step)) <= 1e-15 * (1.0 + float(np.linalg.norm(theta))):
             return theta, grad, it
         theta = theta - t * step
-        if g_new is None:
+        if g_new is None or h_new is None:
             g_new, h_new = backend.map_sum(functools.partial(grad_hess, theta=theta, h=h))
         g_data, h_data = g_new, h_new
     raise AssertionError("unreachable")  # pragma: no cover
