@@ -165,11 +165,13 @@ def test_dloss_equals_huber_derivative() -> None:
         np.testing.assert_array_equal(erm_passes.huber_dloss(z, h), HuberHinge(h).derivative(z))
 
 
+@pytest.mark.parametrize("nested", [5000, 30])  # the subsample's own warm start off, on
 @pytest.mark.parametrize("gamma", [0.5, 50.0, 5000.0])
 def test_subsample_warm_start_gives_a_certified_solution(monkeypatch: pytest.MonkeyPatch,
-                                                         gamma: float) -> None:
+                                                         gamma: float, nested: int) -> None:
     monkeypatch.setattr(erm, "WARM_START_MIN_ROWS", 2000)
     monkeypatch.setattr(erm, "WARM_START_ROWS", 300)
+    monkeypatch.setattr(erm, "WARM_START_NESTED_ROWS", nested)
     rng = np.random.default_rng(11)
     n, d = 6000, 6
     v = rng.uniform(size=(n, d)) / math.sqrt(d)

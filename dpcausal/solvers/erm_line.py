@@ -23,6 +23,7 @@ step) or two to four.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,7 +60,8 @@ MAX_LINE_PASSES = 16
 
 @dataclass(frozen=True, slots=True)
 class _Bracket:
-    """[lo, hi] with φ'(lo) < 0 < φ'(hi), the curvatures there and the breakpoints inside."""
+    """[lo, hi] with φ'(lo) < 0 < φ'(hi), the curvatures there and the breakpoints inside (their
+    count NaN when not known: after the full step tried alone)."""
 
     lo: float
     lo_val: float
@@ -163,9 +165,16 @@ def line_search(backend: Backend, theta: FloatArray, step: FloatArray, *, d0: fl
         g_full, h_full, swu = backend.map_sum(functools.partial(
             full_step_pass, step=step, at=full, h=h))
         tol = rounding_level(float(swu))
-        if -float((g_full + gamma * full) @ step) <= tol:  # φ'(1) ≤ tol: the full step
+        d1 = -float((g_full + gamma * full) @ step)
+        if d1 <= tol:  # φ'(1) ≤ tol: the full step
             return 1.0, g_full, h_full
-        cands = []  # t = 1 is rejected: the grid pass brackets the root
+        # t = 1 rejected: [0, 1] is a bracket with φ' and φ'' at both ends; the next pass
+        # evaluates its candidates with the grid (which finds a root far below 1)
+        br = _Bracket(0.0, d0, curv0, 1.0, d1, float(step @ h_full @ step) + gamma * ss,
+                      math.nan, 0.0, math.nan)
+        nxt = _next_points(br) if np.isfinite(d1) and br.hi_curv > 0.0 else None
+        cands, ts = ([], FIRST_POINTS) if nxt is None else (nxt[0], np.union1d(FIRST_POINTS,
+                                                                               nxt[1]))
     for first in [True] + [False] * (MAX_LINE_PASSES - 1):
         at = np.array([theta - c * step for c in cands]).reshape(len(cands), theta.size)
         g_at, h_at, line = backend.map_sum(functools.partial(
