@@ -43,7 +43,9 @@ import importlib, json, sys, time
 components = json.loads(sys.argv[1])
 spent = {label: 0.0 for label, _, _ in components}
 from dpcausal.cli.threads import set_blas_threads
+from dpcausal.cli.hugepages import set_numpy_hugepages
 set_blas_threads()  # before numpy is imported by the modules wrapped below, as the CLI does
+set_numpy_hugepages(["owl"])  # numpy's huge pages as the tree's CLI sets them for owl
 import dpcausal.cli as cli
 for label, module, attr in components:
     owner = importlib.import_module(module)

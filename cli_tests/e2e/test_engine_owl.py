@@ -131,20 +131,20 @@ def test_warm_start_uses_the_same_public_rows_on_every_engine(
 def test_worker_failure_mid_run_leaves_no_receipt_and_no_ledger_entry(
     tmp_path: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dpcausal.solvers import erm_passes
+    from dpcausal.solvers import erm_line
 
     parts = write_parts(_frame(), tmp_path / "p", n_files=2, row_group=500)
     spec = _spec(tmp_path, parts, ledger=True,
                  engine={"kind": "dask", "address": cluster.scheduler_address,
                          "batch_rows": 1000})
-    real = erm_passes.line_derivative
+    real = erm_line.step_pass
 
     def flaky(part: Any, start: int, **kw: Any) -> Any:  # runs on a worker (a pickled copy)
         if start > 0:  # the second partition fails in the first line-search pass, mid-run
             raise distributed.comm.core.CommClosedError("worker lost")  # a cluster failure: exit 5
         return real(part, start, **kw)
 
-    monkeypatch.setattr(erm_passes, "line_derivative", flaky)
+    monkeypatch.setattr(erm_line, "step_pass", flaky)
     res = invoke(["owl", "--spec", spec, "--test-noise-seed", "1"])
     assert res.exit_code == 5, res.stdout + res.stderr
     assert "Dask engine failed mid-run" in res.stderr
@@ -152,7 +152,7 @@ def test_worker_failure_mid_run_leaves_no_receipt_and_no_ledger_entry(
     assert not (tmp_path / "out" / "rule.json").exists()
     ledger = tmp_path / "ledger.jsonl"
     assert not ledger.exists() or ledger.read_text().strip() == ""
-    monkeypatch.setattr(erm_passes, "line_derivative", real)
+    monkeypatch.setattr(erm_line, "step_pass", real)
     ok = invoke(["owl", "--spec", spec, "--test-noise-seed", "1"])  # the same run, healthy
     assert ok.exit_code == 0, ok.stdout + ok.stderr
     assert (tmp_path / "out" / "receipt.json").exists()

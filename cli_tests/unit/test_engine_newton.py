@@ -146,10 +146,12 @@ def test_engine_and_memory_both_converge_and_agree(seed: int) -> None:
 
 # --- the line search ------------------------------------------------------------------------
 
+@pytest.mark.parametrize("full_step_first", [False, True])
 @pytest.mark.parametrize("seed", range(6))
-def test_the_line_search_is_exact_to_erms_tolerance(seed: int) -> None:
+def test_the_line_search_is_exact_to_erms_tolerance(seed: int, full_step_first: bool) -> None:
     """At the returned t, |φ'(t)| ≤ erm's rounding tolerance (or t = 1 with φ'(1) ≤ tol), for
-    random directions on tied and untied data; the gradient it returns is at θ − t·step."""
+    random directions on tied and untied data, whether the full step is tried alone first or
+    with the grid; the gradient it returns is at θ − t·step."""
     p = _problem(100 + seed)
     rng = np.random.default_rng(seed)
     v, y, w, gamma, h = p["v"], p["y"], p["w"], p["gamma"], p["loss"].h
@@ -162,9 +164,10 @@ def test_the_line_search_is_exact_to_erms_tolerance(seed: int) -> None:
     step = np.linalg.solve(hess, grad) * float(rng.choice([1.0, 30.0]))
     d0 = -float(grad @ step)
     engine = BlockEngine(v, y, w)
-    t, g_at, _h_at = erm_line.line_search(engine, theta, step, d0=d0,
-                                          curv0=float(step @ hess @ step), gamma=gamma, h=h)
-    assert engine.passes <= erm_line.MAX_LINE_PASSES
+    t, g_at, h_at = erm_line.line_search(engine, theta, step, d0=d0,
+                                         curv0=float(step @ hess @ step), gamma=gamma, h=h,
+                                         full_step_first=full_step_first)
+    assert engine.passes <= erm_line.MAX_LINE_PASSES + full_step_first
     u = y * (v @ step)
     wu = w * u
 
@@ -181,6 +184,10 @@ def test_the_line_search_is_exact_to_erms_tolerance(seed: int) -> None:
         at = theta - t * step
         np.testing.assert_allclose(g_at + gamma * at,
                                    erm.gradient(at, v, y, w, gamma, p["loss"]),
+                                   rtol=1e-9, atol=1e-9)
+        za = y * (v @ at)
+        act_at = np.abs(1.0 - za) <= h
+        np.testing.assert_allclose(h_at, v[act_at].T @ (v[act_at] * (w[act_at] / (2 * h))[:, None]),
                                    rtol=1e-9, atol=1e-9)
 
 

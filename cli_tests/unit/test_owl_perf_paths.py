@@ -12,6 +12,7 @@ from scipy import optimize
 from dpcausal.commands.common.linear_rule import FeatureMap, random_fourier_projection
 from dpcausal.errors import DataError
 from dpcausal.frames import numeric_column, numeric_columns, numeric_matrix
+from dpcausal.numerics import SUM_CHUNK
 from dpcausal.solvers import erm, erm_passes
 from dpcausal.solvers.backend import InMemory
 from dpcausal.solvers.erm import HuberHinge, gradient, objective, solve_weighted_erm
@@ -164,11 +165,13 @@ def test_dloss_equals_huber_derivative() -> None:
         np.testing.assert_array_equal(erm_passes.huber_dloss(z, h), HuberHinge(h).derivative(z))
 
 
+@pytest.mark.parametrize("nested", [5000, 30])  # the subsample's own warm start off, on
 @pytest.mark.parametrize("gamma", [0.5, 50.0, 5000.0])
 def test_subsample_warm_start_gives_a_certified_solution(monkeypatch: pytest.MonkeyPatch,
-                                                         gamma: float) -> None:
+                                                         gamma: float, nested: int) -> None:
     monkeypatch.setattr(erm, "WARM_START_MIN_ROWS", 2000)
     monkeypatch.setattr(erm, "WARM_START_ROWS", 300)
+    monkeypatch.setattr(erm, "WARM_START_NESTED_ROWS", nested)
     rng = np.random.default_rng(11)
     n, d = 6000, 6
     v = rng.uniform(size=(n, d)) / math.sqrt(d)
@@ -206,29 +209,55 @@ def test_maps_of_clipped_rows_are_bitwise_those_of_raw_rows(scaling: str,
         assert np.array_equal(got, fmap.transform(x))
 
 
-@pytest.mark.parametrize("n", [1, 4095, 4097, 30_000])
-def test_newton_passes_are_bitwise_the_plain_expressions(n: int) -> None:
-    """Issue 24: the passes compute in place; every statistic is bit for bit what the plain
-    expressions give."""
+@pytest.mark.parametrize("n", [0, 1, 2047, 2049, 4097, 30_000])
+def test_a_fused_sweep_gives_the_plain_blocked_statistics(n: int) -> None:
+    """Issue 24: one sweep computes every statistic of a pass block by block. Its gradients are
+    bit for bit the certificate's sum — margins from scratch at the named point, coefficients
+    w·y·ℓ'(z), one product per block of ≤ SUM_CHUNK rows, the blocks added exactly rounded —
+    whatever else the sweep computes; the Hessians and line sums (path only) equal the plain
+    whole-piece expressions to rounding."""
     rng = np.random.default_rng(n)
     d, h = 6, 0.5
     v = rng.uniform(-1, 1, size=(n, d)) / math.sqrt(d)
     y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
     w = rng.uniform(0, 3, size=n)
-    pts = [rng.normal(0, 2, size=d) for _ in range(3)]
-    z = erm_passes._margins(v, y, pts)
-    assert np.array_equal(z, y * (np.column_stack(pts).T @ v.T))
-    assert np.array_equal(erm_passes.huber_dloss(z, h),
-                          -np.clip(((1.0 + h) - z) / (2.0 * h), 0.0, 1.0))
-    active = np.abs(1.0 - z[0]) <= h
-    va = v[active] * np.sqrt(w[active] * (0.5 / h))[:, None]
-    plain = va.T @ va
-    assert np.array_equal(erm_passes._hessian(v, w, z[0], h), plain)
-    coef = w * y * -np.clip(((1.0 + h) - z) / (2.0 * h), 0.0, 1.0)
-    blocks = [coef[:, lo:lo + 4096] @ v[lo:lo + 4096] for lo in range(0, n, 4096)]
-    want = blocks[0] if len(blocks) == 1 else np.array(
-        [[math.fsum(b[k, j] for b in blocks) for j in range(d)] for k in range(3)])
-    assert np.array_equal(erm_passes._gradients(v, y, w, z, h), want)
+    theta, step = rng.normal(0, 2, size=d), rng.normal(0, 0.5, size=d)
+    at = np.stack([theta - 0.3 * step, theta - step])
+    ts = np.array([0.0, 0.1, 0.5, 1.0])
+    rows = erm_passes.FUSED_ROWS
+    assert rows <= SUM_CHUNK
+
+    def plain_gradients(points: np.ndarray, first: int) -> np.ndarray:
+        """At columns first: of ``points`` (d × m): the sweep's one product per block for the
+        margins, one for the gradients."""
+        blocks = []
+        for lo in range(0, max(n, 1), rows):
+            vb, yb, wb = v[lo:lo + rows], y[lo:lo + rows], w[lo:lo + rows]
+            zb = yb * (vb @ points).T[first:]
+            blocks.append((wb * yb * -np.clip(((1.0 + h) - zb) / (2.0 * h), 0.0, 1.0)) @ vb)
+        return blocks[0] if len(blocks) == 1 else np.array(
+            [[math.fsum(b[k, j] for b in blocks) for j in range(d)] for k in range(len(blocks[0]))])
+
+    grads, hess, line, scale = erm_passes.sweep((v, y, w), at, h=h, hessians=True, step=step,
+                                                line=(theta, ts))
+    assert np.array_equal(grads, plain_gradients(np.column_stack([step, theta, *at]), 2))
+    for k, p in enumerate(at):
+        np.testing.assert_allclose(grads[k], ((w * y * erm_passes.huber_dloss(y * (v @ p), h))
+                                              @ v), rtol=1e-10, atol=1e-10)
+        zp = y * (v @ p)
+        act = np.abs(1.0 - zp) <= h
+        np.testing.assert_allclose(hess[k], v[act].T @ (v[act] * (w[act] / (2 * h))[:, None]),
+                                   rtol=1e-12, atol=1e-12)
+    assert np.array_equal(erm_passes.gradient_pass((v, y, w), 0, theta=theta, h=h),
+                          plain_gradients(theta[:, None], 0)[0])
+    z, u = y * (v @ theta), y * (v @ step)
+    dphi = [-(w * u) @ erm_passes.huber_dloss(z - t * u, h) for t in ts]
+    d2phi = [(w * u * u / (2 * h)) @ (np.abs(1.0 - z + t * u) <= h) for t in ts]
+    np.testing.assert_allclose(line[0], dphi, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(line[1], d2phi, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose([line[2, 0], scale], np.abs(w * u).sum(), rtol=1e-12, atol=0)
+    crossings = np.concatenate([(z - (1.0 + h)) / u, (z - (1.0 - h)) / u])
+    assert line[3].sum() == np.sum((crossings > ts[0]) & (crossings < ts[-1]))
 
 
 @pytest.mark.parametrize("start", [0, 1, 6, 7, 13, 1000])

@@ -8,8 +8,12 @@ grows with how fragmented the machine's memory is (how long it has been running 
 with the command. A command that makes a few n × p arrays and streams over each of them a couple
 of times gains little from the larger pages and pays the stalls: two-stage at 10⁶ rows spent 0.2–0.9
 system CPU-s on them, 0.24–0.31 with ordinary pages (benchmarks/RESULTS.md, "two-stage at 10⁶
-rows: huge pages"). For owl, select-policy and synth-control the same measurement was mixed (within
-the noise either way), and cate was not measured, so they keep numpy's default.
+rows: huge pages"). owl joined it once its Newton passes were fused (each reads the design matrix
+once, so the larger pages' fewer TLB misses no longer pay for the stalls): at 10⁶ × 20, 1.53
+(1.44–1.62) CPU-s against 1.68 (1.43–2.00) with huge pages, system time 0.28 against 0.48 (10
+interleaved pairs; benchmarks/RESULTS.md, "round 3: fused passes"). For select-policy and
+synth-control the same measurement was mixed (within the noise either way), and cate was not
+measured, so they keep numpy's default.
 
 So the command line turns numpy's huge pages off for the commands in :data:`ORDINARY_PAGES`, by
 writing numpy's own variable ``NUMPY_MADVISE_HUGEPAGE=0`` into the environment before numpy is
@@ -24,7 +28,7 @@ import os
 from collections.abc import MutableMapping, Sequence
 
 VARIABLE = "NUMPY_MADVISE_HUGEPAGE"
-ORDINARY_PAGES = frozenset({"two-stage"})
+ORDINARY_PAGES = frozenset({"two-stage", "owl"})
 """Commands measured faster and steadier without numpy's huge pages."""
 
 

@@ -112,9 +112,10 @@ class ERMAccuracy:
 
         Per row: the margin y·vᵀθ errs by ≤ γ_d·T (‖v‖ ≤ 1), so ℓ' (1/(2h)-Lipschitz, and its
         clip, subtraction and division) by ≤ ε_ℓ = γ_d·T/(2h) + 4u; the coefficient w·y·ℓ' adds
-        two products (≤ W̃(ε_ℓ + 3u)). The sum over n rows in blocks of ``SUM_CHUNK`` added
-        exactly rounded errs by ≤ γ_{SUM_CHUNK+2}·nW̃(1 + ε_ℓ + 3u); the ridge term γθ and the
-        final addition by ≤ u(2γT + nW̃ + γT)."""
+        two products (≤ W̃(ε_ℓ + 3u)). The sum over n rows in blocks of ≤ ``SUM_CHUNK`` rows
+        (one product each, in any order) added exactly rounded errs by
+        ≤ γ_{SUM_CHUNK+2}·nW̃(1 + ε_ℓ + 3u); the ridge term γθ and the final addition by
+        ≤ u(2γT + nW̃ + γT)."""
         u, t, wmax, n = UNIT_ROUNDOFF, self.theta_bound, self.weight_max, self.n
         eps_l = gamma(self.d) * t / (2.0 * self.h) + 4.0 * u
         rows = n * wmax * (eps_l + 3.0 * u)

@@ -1,31 +1,36 @@
 """The exact line search of :mod:`dpcausal.solvers.erm`'s Newton method, over a backend's passes.
 
 Along φ(t) = G(θ − t·step), φ' is increasing and piecewise linear, so its root in [0, 1] is
-bracketed, never interpolated. The first line pass evaluates t = 0, the grid ``T_GRID`` and the
-full step t = 1 with the gradient and Hessian at θ − step: if φ'(1) ≤ tol the full step is taken
-(one pass per Newton iteration). Otherwise the sign change of φ' gives the bracket [lo, hi]
-between neighbouring points, and the next pass evaluates inside it the candidates — the secant
-when no breakpoint lies inside (φ' is linear there: exact), the Newton point from the root's side
-when all breakpoints sit at one position (two linear pieces, the tied rows of binary covariates:
-exact), else the root of the cubic matching φ' and φ'' at both ends (fourth order where φ' is
-smooth) and the Newton point from the nearer end — together with the other estimates, geometric
-clusters around them and a uniform grid (the bracket shrinks ≥ 8× per pass whatever happens), and
-the gradient and Hessian at the candidates. The search ends at a point with |φ'(t)| ≤ tol =
-max(1e-10·|φ'(0)|, 1e-13·(Σ|w u| + γ(|θ·step| + ‖step‖²))) (the rounding level of φ'; if it is not
-a candidate a gradient pass follows), or at a bracket below 1e-14 relative (the end with the
-smaller |φ'|), or after ``MAX_LINE_PASSES``. Typically one pass (full step) or two to four.
+bracketed, never interpolated. When Newton's previous step was a full one, the full step is first
+tried alone: one pass computes the gradient and Hessian at θ − step and Σ|w u| (the scale of the
+tolerance), and if φ'(1) = −∇G(θ − step)·step ≤ tol it is taken (one pass per Newton iteration,
+with no line statistics); if not, the grid pass below follows without a candidate. Otherwise the
+first line pass evaluates t = 0, the grid ``T_GRID`` and the full step t = 1 with the gradient and
+Hessian at θ − step: if φ'(1) ≤ tol the full step is taken. Otherwise the sign change of φ' gives
+the bracket [lo, hi] between neighbouring points, and the next pass evaluates inside it the
+candidates — the secant when no breakpoint lies inside (φ' is linear there: exact), the Newton
+point from the root's side when all breakpoints sit at one position (two linear pieces, the tied
+rows of binary covariates: exact), else the root of the cubic matching φ' and φ'' at both ends
+(fourth order where φ' is smooth) and the Newton point from the nearer end — together with the
+other estimates, geometric clusters around them and a uniform grid (the bracket shrinks ≥ 8× per
+pass whatever happens), and the gradient and Hessian at the candidates. The search ends at a point
+with |φ'(t)| ≤ tol = max(1e-10·|φ'(0)|, 1e-13·(Σ|w u| + γ(|θ·step| + ‖step‖²))) (the rounding
+level of φ'; if it is not a candidate a gradient pass follows), or at a bracket below 1e-14
+relative (the end with the smaller |φ'|), or after ``MAX_LINE_PASSES``. Typically one pass (full
+step) or two to four.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from dpcausal.solvers.backend import Backend
-from dpcausal.solvers.erm_passes import step_pass
+from dpcausal.solvers.erm_passes import full_step_pass, step_pass
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -55,7 +60,8 @@ MAX_LINE_PASSES = 16
 
 @dataclass(frozen=True, slots=True)
 class _Bracket:
-    """[lo, hi] with φ'(lo) < 0 < φ'(hi), the curvatures there and the breakpoints inside."""
+    """[lo, hi] with φ'(lo) < 0 < φ'(hi), the curvatures there and the breakpoints inside (their
+    count NaN when not known: after the full step tried alone)."""
 
     lo: float
     lo_val: float
@@ -133,36 +139,57 @@ def _next_points(br: _Bracket) -> tuple[list[float], FloatArray] | None:
 
 
 def line_search(backend: Backend, theta: FloatArray, step: FloatArray, *, d0: float, curv0: float,
-                gamma: float, h: float, hessians: bool = True
+                gamma: float, h: float, full_step_first: bool = False
                 ) -> tuple[float, FloatArray | None, FloatArray | None]:
     """argmin_t G(θ − t·step) for t ∈ [0, 1], to float precision of φ', over line passes; returns
     (t, data gradient, data Hessian) at θ − t·step (computed there from scratch), the last two
-    None when that point was not one of a pass's candidates (the Hessian also None unless
-    ``hessians``: each line pass then computes the candidates' gradients only).
+    None when that point was not one of a pass's candidates.
 
     ``d0`` = φ'(0) = −∇G(θ)·step < 0 and ``curv0`` = φ''(0) come from the gradient pass at θ.
+    With ``full_step_first`` (Newton's last step was a full one) the first pass tries the full
+    step alone (:func:`~dpcausal.solvers.erm_passes.full_step_pass`: the gradient and Hessian at
+    θ − step, φ'(1) = −∇G(θ − step)·step, no line statistics); only when it is rejected do the
+    line passes follow, from the grid.
     """
     th_s = float(theta @ step)
     ss = float(step @ step)
     lo, lo_val, hi, hi_val = 0.0, d0, 1.0, np.inf
     ts, cands = FIRST_POINTS, [1.0]
     tol = np.inf
-    for _ in range(MAX_LINE_PASSES):
-        at = np.stack([theta - c * step for c in cands])
+
+    def rounding_level(swu: float) -> float:  # the rounding level of φ' (erm's rule)
+        return max(1e-10 * abs(d0), 1e-13 * (swu + gamma * (abs(th_s) + ss)))
+
+    if full_step_first:
+        full = theta - step
+        g_full, h_full, swu = backend.map_sum(functools.partial(
+            full_step_pass, step=step, at=full, h=h))
+        tol = rounding_level(float(swu))
+        d1 = -float((g_full + gamma * full) @ step)
+        if d1 <= tol:  # φ'(1) ≤ tol: the full step
+            return 1.0, g_full, h_full
+        # t = 1 rejected: [0, 1] is a bracket with φ' and φ'' at both ends; the next pass
+        # evaluates its candidates with the grid (which finds a root far below 1)
+        br = _Bracket(0.0, d0, curv0, 1.0, d1, float(step @ h_full @ step) + gamma * ss,
+                      math.nan, 0.0, math.nan)
+        nxt = _next_points(br) if np.isfinite(d1) and br.hi_curv > 0.0 else None
+        cands, ts = ([], FIRST_POINTS) if nxt is None else (nxt[0], np.union1d(FIRST_POINTS,
+                                                                               nxt[1]))
+    for first in [True] + [False] * (MAX_LINE_PASSES - 1):
+        at = np.array([theta - c * step for c in cands]).reshape(len(cands), theta.size)
         g_at, h_at, line = backend.map_sum(functools.partial(
-            step_pass, theta=theta, step=step, h=h, ts=ts, at=at, hessians=hessians))
+            step_pass, theta=theta, step=step, h=h, ts=ts, at=at))
         vals = line[0] - gamma * (th_s - ts * ss)
         curvs = line[1] + gamma * ss
-        if not np.isfinite(tol):  # the rounding level of φ' (erm's rule)
-            tol = max(1e-10 * abs(d0),
-                      1e-13 * (float(line[2, 0]) + gamma * (abs(th_s) + ss)))
+        if first:
+            tol = min(tol, rounding_level(float(line[2, 0])))
             vals[0], curvs[0] = d0, curv0  # t = 0: the gradient pass's exact values
         c_vals = vals[np.searchsorted(ts, cands)]
         if cands == [1.0] and c_vals[0] <= tol:  # the full step (φ' ≤ 0 on all of [0, 1])
-            return 1.0, g_at[0], None if h_at is None else h_at[0]
+            return 1.0, g_at[0], h_at[0]
         if np.any(np.abs(c_vals) <= tol):
             k = int(np.argmin(np.abs(c_vals)))
-            return cands[k], g_at[k], None if h_at is None else h_at[k]
+            return cands[k], g_at[k], h_at[k]
         near = np.flatnonzero(np.abs(vals) <= tol)
         if near.size:
             return float(ts[near[np.argmin(np.abs(vals[near]))]]), None, None
