@@ -24,7 +24,7 @@ The residual clip (``cate.ate.residual_clip`` r, public, outcome units): every Y
 scores is replaced by ρ_a = clip(Y − μ̂_a, −r, r) (Huber-type: E[u] is then the ATE only when the
 residuals beyond ±r are symmetric; the interval does not cover that bias). The scores are the
 same expressions with ρ_a in place of Y − μ̂_a, so they stay affine in (μ̂₁, μ̂₀, ρ_a) for fixed e
-and monotone (clipped: ∂u/∂e = −ρ₁/e², ρ₀/(1 − e)²) or quadratic (overlap) in e. Only the set
+and monotone (clipped: ∂u/∂e = −ρ₁/e², −ρ₀/(1 − e)²) or quadratic (overlap) in e. Only the set
 that (μ̂_a, ρ_a) ranges over changes: for a fixed μ̂_a = m, y ∈ [y_lo, y_hi] gives ρ_a ∈
 [clip(y_lo − m), clip(y_hi − m)] (clip is monotone), and each end is piecewise affine in m with
 kinks at m = y_lo ± r, y_hi ± r. Between consecutive kinks (and the ends of [m_a,lo, m_a,hi]) the
