@@ -12,6 +12,9 @@ P(A = 1) = 185/445, 8 covariates (age, education, black, hispanic, married, no d
 1975 earnings), 1978 earnings in dollars with ≈ 30 % zeros, sd ≈ 6,000–7,000, bounded to
 [0, 60,000], effect ≈ $1,650 on average (≈ $2,500 on the 70 % who work).
 
+``nhefs-t3`` / ``nhefs-skewed``: the NHEFS shape with t₃ noise (symmetric, heavy-tailed) or a
+right-skewed zero-mean extra term in the treated outcome (the residual clip's bias check).
+
 Both draw the two potential outcomes from the same random numbers, so the population ATE
 (:func:`true_ate`, 10⁶ draws) includes the clipping to the outcome bounds exactly.
 """
@@ -45,9 +48,12 @@ def nhefs_logit(c: Arrays) -> np.ndarray:
                       + 0.1 * (c["exercise"] - 1) + 0.005 * (c["wt71"] - 71))
 
 
-def _nhefs(n: int, rng: np.random.Generator) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    """Covariates, treatment and the two potential outcomes (Y(0), Y(1))."""
-    d = nhefs_shaped(n, rng, logit=nhefs_logit, tau=lambda c: 3.0 - 0.05 * (c["age"] - 43))
+def _nhefs(n: int, rng: np.random.Generator, noise: str = "normal"
+           ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """Covariates, treatment and the two potential outcomes (Y(0), Y(1)); ``noise`` as
+    :func:`defaults_dgp.nhefs_shaped` (the ``nhefs-t3`` and ``nhefs-skewed`` kinds)."""
+    d = nhefs_shaped(n, rng, logit=nhefs_logit, tau=lambda c: 3.0 - 0.05 * (c["age"] - 43),
+                     noise=noise)
     return d.x.assign(A=d.a), d.y0, d.y1
 
 
@@ -57,8 +63,10 @@ def _nsw(n: int, rng: np.random.Generator) -> tuple[pd.DataFrame, np.ndarray, np
     return d.x.assign(A=d.a), d.y0, d.y1
 
 
-DRAWS = {"nhefs": _nhefs, "nsw": _nsw}
-SIZES = {"nhefs": 1500, "nsw": 445}
+DRAWS = {"nhefs": _nhefs, "nsw": _nsw,
+         "nhefs-t3": functools.partial(_nhefs, noise="t3"),
+         "nhefs-skewed": functools.partial(_nhefs, noise="skewed")}
+SIZES = {"nhefs": 1500, "nsw": 445, "nhefs-t3": 1500, "nhefs-skewed": 1500}
 
 
 def draw(kind: str, n: int, rng: np.random.Generator) -> pd.DataFrame:

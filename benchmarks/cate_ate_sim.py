@@ -2,6 +2,7 @@
 
     python benchmarks/cate_ate_sim.py --kind nhefs --eps 1 5 --reps 500
     python benchmarks/cate_ate_sim.py --kind nsw --eps 1 5 --reps 500 --ate '{"propensity": 0.4157}'
+    python benchmarks/cate_ate_sim.py --kind nhefs-skewed --eps 5 --reps 500 --ate '{"residual_clip": 24}'
 
 Each repetition draws a fresh data set (``cate_ate_dgp``), runs the CLI's own plan and release
 in process (``cate.estimand: ate``; the noise from a test seed, the split and folds secret as in
@@ -46,7 +47,9 @@ from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.mechanisms import NoiseGuard
 
 SHAPES = {"nhefs": (NHEFS_COVARIATES, NHEFS_BOUNDS, NHEFS_OUTCOME, 1e-6),
-          "nsw": (NSW_COVARIATES, NSW_BOUNDS, NSW_OUTCOME, 1e-4)}
+          "nsw": (NSW_COVARIATES, NSW_BOUNDS, NSW_OUTCOME, 1e-4),
+          "nhefs-t3": (NHEFS_COVARIATES, NHEFS_BOUNDS, NHEFS_OUTCOME, 1e-6),
+          "nhefs-skewed": (NHEFS_COVARIATES, NHEFS_BOUNDS, NHEFS_OUTCOME, 1e-6)}
 
 
 def make_spec(kind: str, eps: float, ate: dict[str, Any], cate: dict[str, Any] | None = None

@@ -73,9 +73,14 @@ Arrays = dict[str, np.ndarray]
 
 
 def nhefs_shaped(n: int, rng: np.random.Generator, *, logit: Callable[[Arrays], np.ndarray],
-                 tau: Callable[[Arrays], np.ndarray]) -> Draw:
+                 tau: Callable[[Arrays], np.ndarray], noise: str = "normal") -> Draw:
     """An NHEFS-shaped observational draw with the given treatment logit and effect τ(x) (the
-    covariates, the control outcome and its noise are shared by every NHEFS-shaped simulation)."""
+    covariates, the control outcome and its noise are shared by every NHEFS-shaped simulation).
+
+    ``noise``: normal (default, sd 7 in both arms); t3 (Student t with 3 degrees of freedom
+    scaled to sd 7, both arms: symmetric, heavy-tailed); skewed (the normal noise, plus in the
+    treated potential outcome a zero-mean right-skewed term 7·(Exp(1) − 1): the effect's average
+    is unchanged but the treated residuals' tail is one-sided)."""
     sex = rng.binomial(1, 0.5, n)
     race = rng.binomial(1, 0.13, n)
     age = np.clip(rng.normal(43, 12, n), 25, 74)
@@ -89,9 +94,11 @@ def nhefs_shaped(n: int, rng: np.random.Generator, *, logit: Callable[[Arrays], 
     p = expit(logit(cov))
     a = rng.binomial(1, p)
     mu0 = 2.0 - 0.15 * (age - 43) - 0.03 * (wt - 71) + 0.8 * sex + 0.05 * (smi - 21)
-    eps = rng.normal(0, 7.0, n)
+    eps = (rng.normal(0, 7.0, n) if noise != "t3"
+           else 7.0 / np.sqrt(3.0) * rng.standard_t(3, n))
+    extra = 7.0 * (rng.exponential(1.0, n) - 1.0) if noise == "skewed" else 0.0
     y0 = np.clip(mu0 + eps, *NHEFS_OUTCOME)
-    y1 = np.clip(mu0 + tau(cov) + eps, *NHEFS_OUTCOME)
+    y1 = np.clip(mu0 + tau(cov) + eps + extra, *NHEFS_OUTCOME)
     return Draw(pd.DataFrame(cov), a, y0, y1, p)
 
 
