@@ -87,10 +87,14 @@ def test_score_inputs_are_the_sums_at_the_stated_fixed_releases() -> None:
     assert got["cate.ate.groups.sums"][0] == pytest.approx(u[low].sum() / r_e, rel=1e-12)
 
 
-@pytest.mark.parametrize("weights", ["clipped", "overlap"])
-def test_planted_pairs_attain_the_score_sensitivities_and_never_exceed_them(weights: str) -> None:
-    spec = make_spec(weights=weights, groups=[{"name": "low", "where": {"x0": [0.0, 0.6]}},
-                                              {"name": "high", "where": {"x0": [0.4, 1.0]}}])
+@pytest.mark.parametrize(("weights", "clip"), [("clipped", None), ("overlap", None),
+                                               ("clipped", 3.0), ("overlap", 3.0)])
+def test_planted_pairs_attain_the_score_sensitivities_and_never_exceed_them(
+        weights: str, clip: float | None) -> None:
+    """(With a residual clip r the planted rows' residuals Y − c reach ±r: still attained.)"""
+    spec = make_spec(weights=weights, residual_clip=clip,
+                     groups=[{"name": "low", "where": {"x0": [0.0, 0.6]}},
+                             {"name": "high", "where": {"x0": [0.4, 1.0]}}])
     data = frame()
     pl = plan(spec, len(data), {}, rng=np.random.default_rng(0))
     sens = {ev.stage: ev.sensitivity for ev in pl.events}

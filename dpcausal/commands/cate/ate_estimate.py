@@ -167,8 +167,10 @@ def score_rows(spec: CateSpec, setup: AteSetup, fitted: Fitted, x: FloatArray, a
     ranges = parts[0][4]
     for p in parts[1:]:
         ranges = _union(ranges, p[4])
-    u, v = score_parts(setup.weights, a[rows], y[rows], e, m0, m1)
-    u_lo, u_hi = centred_range(setup.weights, setup.y_bounds, ranges)
+    u, v = score_parts(setup.weights, a[rows], y[rows], e, m0, m1,
+                       residual_clip=setup.residual_clip)
+    u_lo, u_hi = centred_range(setup.weights, setup.y_bounds, ranges,
+                               residual_clip=setup.residual_clip)
     v_lo, v_hi = weight_range(setup.weights, ranges)
     return Scored(x[rows], np.clip(u, u_lo, u_hi), np.clip(v, v_lo, v_hi), ranges,
                   fitted.described)
@@ -209,7 +211,8 @@ def release_all(spec: CateSpec, setup: AteSetup, sc: Scored, noise: NoiseGuard) 
     ate = spec.cate.ate_spec
     mechs = unit_mechanisms(setup)
     n = sc.u.shape[0]
-    u_lo, u_hi = centred_range(setup.weights, setup.y_bounds, sc.ranges)
+    u_lo, u_hi = centred_range(setup.weights, setup.y_bounds, sc.ranges,
+                               residual_clip=setup.residual_clip)
     v_lo, v_hi = weight_range(setup.weights, sc.ranges)
     r_u = unit(u_hi - u_lo, n, max(abs(u_lo), abs(u_hi)))
     big_u = float(noisy_sum(noise, mechs.estimate, math.fsum(sc.u), r_u)[0])
@@ -222,7 +225,8 @@ def release_all(spec: CateSpec, setup: AteSetup, sc: Scored, noise: NoiseGuard) 
     else:
         big_v = float(n)
     tau = big_u / big_v
-    c_lo, c_hi = centred_range(setup.weights, setup.y_bounds, sc.ranges, tau)
+    c_lo, c_hi = centred_range(setup.weights, setup.y_bounds, sc.ranges, tau,
+                               residual_clip=setup.residual_clip)
     dev = np.clip(sc.u - tau * sc.v, c_lo, c_hi)
     e_max = max(abs(c_lo), abs(c_hi))
     q_total = None

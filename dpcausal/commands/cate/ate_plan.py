@@ -162,6 +162,12 @@ def ate_plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
         details["note_propensity"] = (
             "objective perturbation: the propensity model is barely shrunk but carries noise "
             "that the total interval does not include (benchmarks/RESULTS.md, issue #19)")
+    if setup.residual_clip is not None:
+        details["note_residual_clip"] = (
+            f"every residual Y - mu_a(X) in the scores is clipped to [-{setup.residual_clip:g}, "
+            f"{setup.residual_clip:g}] (cate.ate.residual_clip): less noise, but the interval "
+            "assumes residuals beyond that are rare or symmetric; a skewed or heavy tail biases "
+            "the estimate and the interval does not include it")
     if ate.groups:
         details["note_groups"] = ("a group's half-width grows like 1/(its size), which is private: "
                                   "it is not predicted; its released size is in ate.csv")
@@ -208,6 +214,7 @@ def ate_plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
             "variance": ate.variance, "sd_bound": ate.sd_bound, "interval_level": 1 - spec.accuracy.alpha,
             "groups": [g.model_dump() for g in ate.groups], "group_overlap_m": setup.overlap,
             "one_row_per_individual": True,
+            **({"residual_clip": setup.residual_clip} if setup.residual_clip is not None else {}),
         },
         details=details,
         accuracy=accuracy,

@@ -82,6 +82,8 @@ class AteSetup:
     group_boxes: tuple[tuple[FloatArray, FloatArray], ...]
     propensity_learner: Literal["output", "objective", "public"] = "output"
     """How the propensity model is fit (public: the spec's constant, no model)."""
+    residual_clip: float | None = None
+    """r: Y − μ̂_a clipped to [−r, r] in the scores (None: no clip)."""
 
     @property
     def covariates(self) -> tuple[str, ...]:
@@ -247,10 +249,17 @@ def build_ate_setup(spec: CateSpec, n_rows: int) -> AteSetup:
                         field="cate.nuisance.propensity_l2")
     prop_l2 = (_l2(nu.propensity_l2, lambda: propensity_penalty(
         box, budget.propensity, budget.delta_propensity, m)) if learner == "output" else None)
+    r = ate.residual_clip
+    if r is not None and r >= y_bounds[1] - y_bounds[0]:
+        raise SpecError(f"cate.ate.residual_clip: r = {r:g} is not below the outcome range "
+                        f"{y_bounds[1] - y_bounds[0]:g} (bounds.outcome), so it never clips a "
+                        "residual; remove it, or give a public value in outcome units well "
+                        "below the range (e.g. 3 × a published outcome sd)",
+                        field="cate.ate.residual_clip")
     boxes = _group_boxes(spec, ate.groups, box)
     return AteSetup(columns, box, n_rows, ate.nuisance_rows, fits,
                     scored, sec.kappa, ate.weights, budget, prop_l2, outcome, out_l2,
-                    max_overlap(boxes), boxes, learner)
+                    max_overlap(boxes), boxes, learner, r)
 
 
 def stage(name: str, fold: int | None = None) -> str:
@@ -349,11 +358,13 @@ def public_units(setup: AteSetup, propensity: float | None) -> dict[str, float]:
     """The units (sensitivities) at the public worst case of the nuisances: what the dry run can
     predict; the release's own units are never larger."""
     ranges = public_ranges(setup, propensity)
-    u_lo, u_hi = centred_range(setup.weights, setup.y_bounds, ranges)
+    u_lo, u_hi = centred_range(setup.weights, setup.y_bounds, ranges,
+                               residual_clip=setup.residual_clip)
     v_lo, v_hi = weight_range(setup.weights, ranges)
     # E = max |u − τ̃v| depends on the released τ̃: predicted at τ̃ in the middle of u's range
     mid = 0.5 * (u_lo + u_hi) / v_hi
-    c_lo, c_hi = centred_range(setup.weights, setup.y_bounds, ranges, mid)
+    c_lo, c_hi = centred_range(setup.weights, setup.y_bounds, ranges, mid,
+                               residual_clip=setup.residual_clip)
     e_max = max(abs(c_lo), abs(c_hi))
     return {"estimate": u_hi - u_lo, "denominator": v_hi - v_lo, "v_min": v_lo, "v_max": v_hi,
             "e_max": e_max}

@@ -99,6 +99,15 @@ class AteSpec(StrictModel):
     largest number of groups one row can be in)."""
     groups_share: Share = 0.3
     """Share of the scores' ε spent on the groups' releases when there are groups (default 0.3)."""
+    residual_clip: PositiveFinite | None = None
+    """A public residual clip r in outcome units (default: none, no clip). Every Y − μ̂_a(X) in the
+    doubly robust scores is clipped to [−r, r], so the scores' range — which sets both the
+    estimate's Laplace noise and the private variance's — shrinks from about (outcome range)/ζ to
+    about (μ̂'s range) + 2r/ζ. The price is a Huber-type bias: where the residuals beyond ±r are
+    not symmetric (skewed or heavy-tailed outcomes), the clipped scores no longer average to the
+    effect, and the interval does NOT include that bias (as it does not include ζ's). Choose r
+    from public knowledge, well beyond the residuals' bulk (e.g. 3 × a published outcome sd),
+    never from this data. Must be below the outcome range (else it never clips)."""
     planning_sd: PositiveFinite | None = None
     """Dry run only: a guess of the scores' standard deviation (outcome units) at which the dry
     run predicts the total half-width; the release never uses it."""
