@@ -32,8 +32,9 @@ def main() -> None:
     cate: dict[str, Any] = json.loads(sys.argv[5])
 
     def clipped(weights: Weights, y_bounds: tuple[float, float], ranges: NuisanceRanges,
-                center: float = 0.0) -> tuple[float, float]:
-        lo, hi = centred_range(weights, y_bounds, ranges, center)
+                center: float = 0.0, residual_clip: float | None = None
+                ) -> tuple[float, float]:
+        lo, hi = centred_range(weights, y_bounds, ranges, center, residual_clip=residual_clip)
         return max(lo, -c - center), min(hi, c - center)
 
     ate_estimate.centred_range = clipped  # type: ignore[assignment]

@@ -210,7 +210,7 @@ def test_score_stage_never_moves_more_than_its_unit(ate: dict[str, Any], clip: f
     assert worst["q"] <= rel.units["variance"] * mechs.variance.l1_sensitivity
     assert worst["gs"] <= rel.units["groups.sums"] * mechs.group_sums.l1_sensitivity
     assert worst["gn"] <= rel.units["groups.sizes"] * 2 * setup.overlap
-    assert worst["u"] > 0.3 * rel.units["estimate"]  # the search reaches the scale of the bound
+    assert worst["u"] > 0.5 * rel.units["estimate"]  # the search reaches the scale of the bound
 
 
 def neighbour_search(spec: CateSpec, frame: pd.DataFrame, outcomes: list[float]

@@ -172,6 +172,11 @@ def test_at_huge_epsilon_the_estimate_is_an_independent_clipped_aipw() -> None:
     psi = mu[1] - mu[0] + a * rho[1] / e - (1 - a) * rho[0] / (1 - e)
     assert doc["estimate"] == pytest.approx(float(psi.mean()), abs=1e-6)
     assert doc["estimate"] == pytest.approx(2.0, abs=0.3)  # symmetric normal noise: no bias
+    assert doc["residual_clip"] == r  # ate.json says the clip and its caveat
+    assert "residuals clipped to [-1, 1]" in doc["total_interval"]["assumes"]
+    plain = release(make_spec(eps=1e9), frame)
+    assert plain["residual_clip"] is None
+    assert "clipped" not in plain["total_interval"]["assumes"]
 
 
 def test_the_plan_prints_r_its_caveat_and_predicts_with_the_clipped_range() -> None:
@@ -200,6 +205,15 @@ def test_a_clip_beyond_the_outcome_range_is_refused_with_its_field() -> None:
     with pytest.raises(SpecError, match="never clips") as err:
         build_ate_setup(make_spec(residual_clip=15.0), 1000)
     assert err.value.field == "cate.ate.residual_clip"
+
+
+def test_a_clip_with_a_constant_outcome_model_is_refused_with_its_field() -> None:
+    """With outcome_model: none μ̂ is the middle of the bounds: the clip would truncate Y itself
+    (the independent review's biased-interval example), so it is refused before any row is read."""
+    with pytest.raises(SpecError, match="outcome_model: none") as err:
+        build_ate_setup(make_spec(residual_clip=3.0, outcome_model="none"), 1000)
+    assert err.value.field == "cate.ate.residual_clip"
+    build_ate_setup(make_spec(residual_clip=3.0, outcome_model="means"), 1000)
 
 
 def _shipped(workdir: Path, **ate: Any) -> Path:

@@ -166,8 +166,9 @@ def ate_plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
         details["note_residual_clip"] = (
             f"every residual Y - mu_a(X) in the scores is clipped to [-{setup.residual_clip:g}, "
             f"{setup.residual_clip:g}] (cate.ate.residual_clip): less noise, but the interval "
-            "assumes residuals beyond that are rare or symmetric; a skewed or heavy tail biases "
-            "the estimate and the interval does not include it")
+            "assumes the outcome model is close to right and the residuals beyond that are rare "
+            "or symmetric (double robustness is lost: a far-off outcome model or a one-sided "
+            "tail biases the estimate, and the interval does not include that bias)")
     if ate.groups:
         details["note_groups"] = ("a group's half-width grows like 1/(its size), which is private: "
                                   "it is not predicted; its released size is in ate.csv")

@@ -109,9 +109,17 @@ def _groups(spec: CateSpec, setup: AteSetup, rel: Releases) -> list[Interval]:
     return out
 
 
-def _record(iv: Interval, level: float, bounds: tuple[float, float]) -> dict[str, Any]:
+def _record(iv: Interval, level: float, bounds: tuple[float, float],
+            residual_clip: float | None) -> dict[str, Any]:
     """The JSON form of one released effect (the output convention of the interval infra:
     estimate, interval (noise), total_interval, clamped only when clamping moved the value)."""
+    assumes = ("the nuisance models' remaining bias is negligible (one of the two close to the "
+               "truth); the confounding left by shrunk or noisy DP nuisance models is not in the "
+               "interval (docs/proofs/cate_ate.md §5.1)")
+    if residual_clip is not None:
+        assumes += (f"; residuals clipped to [-{residual_clip:g}, {residual_clip:g}] "
+                    "(cate.ate.residual_clip): the outcome model close to right and the residuals "
+                    "beyond the clip rare or symmetric, else a bias not in the interval")
     lo_b, hi_b = bounds
     est = min(max(iv.estimate, lo_b), hi_b)
 
@@ -128,10 +136,7 @@ def _record(iv: Interval, level: float, bounds: tuple[float, float]) -> dict[str
                            "law": "normal sampling error (CLT) + the noise, the private "
                                   "variance's own noise integrated (inflation k = "
                                   f"{iv.k:.3g})", "bound": False,
-                           "assumes": "the nuisance models' remaining bias is negligible (one of "
-                                      "the two close to the truth); the confounding left by "
-                                      "shrunk or noisy DP nuisance models is not in the "
-                                      "interval (docs/proofs/cate_ate.md §5.1)"},
+                           "assumes": assumes},
     }
     if est != iv.estimate:
         out["clamped"] = {"bounds": [lo_b, hi_b], "unclamped": iv.estimate}
@@ -159,7 +164,7 @@ def build_ate_release(spec: CateSpec, setup: AteSetup, plan: PrivacyPlan, rel: R
         # the release on −Y (negated bounds): every step is odd in Y and every noise law and
         # half-width symmetric, so it is the sign flip of this one (post-processing)
         ivs = [dataclasses.replace(iv, estimate=-iv.estimate) for iv in ivs]
-    records = [_record(iv, level, bounds) for iv in ivs]
+    records = [_record(iv, level, bounds, setup.residual_clip) for iv in ivs]
     table = pd.DataFrame({
         "group": [iv.name for iv in ivs],
         name: [r["estimate"] for r in records],
@@ -173,7 +178,8 @@ def build_ate_release(spec: CateSpec, setup: AteSetup, plan: PrivacyPlan, rel: R
     doc: dict[str, Any] = {
         "format_version": 1, "command": "cate", "estimand": name.upper(),
         "effect": _effect(spec, name),
-        "weights": setup.weights, "alpha": spec.accuracy.alpha, "n": rel.n,
+        "weights": setup.weights, "residual_clip": setup.residual_clip,
+        "alpha": spec.accuracy.alpha, "n": rel.n,
         **records[0],
         "groups": [{"name": iv.name, "size": iv.size, **r}
                    for iv, r in zip(ivs[1:], records[1:], strict=True)],

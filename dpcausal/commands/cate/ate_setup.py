@@ -254,7 +254,14 @@ def build_ate_setup(spec: CateSpec, n_rows: int) -> AteSetup:
         raise SpecError(f"cate.ate.residual_clip: r = {r:g} is not below the outcome range "
                         f"{y_bounds[1] - y_bounds[0]:g} (bounds.outcome), so it never clips a "
                         "residual; remove it, or give a public value in outcome units well "
-                        "below the range (e.g. 3 × a published outcome sd)",
+                        "below the range (several times the residual sd expected of a good "
+                        "outcome model)",
+                        field="cate.ate.residual_clip")
+    if r is not None and outcome == "none":
+        raise SpecError("cate.ate.residual_clip: with cate.ate.outcome_model: none the outcome "
+                        "model is the constant middle of bounds.outcome, so the clip would "
+                        "truncate the outcome itself and bias the estimate; remove "
+                        "residual_clip, or choose outcome_model: means, ridge or auto",
                         field="cate.ate.residual_clip")
     boxes = _group_boxes(spec, ate.groups, box)
     return AteSetup(columns, box, n_rows, ate.nuisance_rows, fits,

@@ -103,16 +103,21 @@ class AteSpec(StrictModel):
     """A public residual clip r in outcome units (default: none, no clip). Every Y − μ̂_a(X) in the
     doubly robust scores is clipped to [−r, r], so the scores' range — which sets both the
     estimate's Laplace noise and the private variance's — shrinks from about (outcome range)/ζ to
-    about (μ̂'s range) + 2r/ζ. The price is a Huber-type bias: where the residuals beyond ±r are
-    not symmetric (skewed or heavy-tailed outcomes), the clipped scores no longer average to the
-    effect, and the interval does NOT include that bias (as it does not include ζ's). Choose r
-    from public knowledge, well beyond the residuals' bulk (e.g. 3 × a published outcome sd),
-    never from this data. Must be below the outcome range (else it never clips). On NHEFS-shaped
-    simulations (residual sd ≈ 7–8 kg, range 95) r = 28 with propensity_learner: objective,
-    nuisance_share 0.7, variance_share 0.2, cate.nuisance.propensity_share 0.8 and
-    cate.propensity_clip 0.125 covered 0.93 at ε = 5 and 1 (1,500 releases each) at 1.42× the
-    non-private interval's width at ε = 5 (2.0× without the clip); r ≤ 24, less nuisance budget, or
-    a skewed outcome tail covered 0.90–0.93 (benchmarks/RESULTS.md, "A public residual clip")."""
+    about (μ̂'s range) + 2r/ζ. The price is a Huber-type bias that the interval does NOT include
+    (as it does not include ζ's): the residual is measured against the *fitted* outcome model, so
+    the clipped scores average to the effect only when that model is close to right AND the
+    residuals beyond ±r are rare or symmetric. With the clip, a right propensity alone no longer
+    makes the estimate unbiased (double robustness is lost): a far-off outcome model (the arms'
+    noisy DP means at small ε, a strongly shrunk ridge) or a one-sided outcome tail biases it.
+    Choose r from public knowledge, several times the residual sd you expect of a good outcome
+    model (the NHEFS-shaped check below: ≈ 3.5–4 sd), never from this data. Must be below the
+    outcome range; refused with outcome_model: none (μ̂ is then a constant, so the clip would
+    simply truncate the outcome). On NHEFS-shaped simulations (residual sd ≈ 7–8 kg, range 95)
+    r = 28 with propensity_learner: objective, nuisance_share 0.7, variance_share 0.2,
+    cate.nuisance.propensity_share 0.8 and cate.propensity_clip 0.125 covered 0.93 at ε = 5 and 1
+    (1,500 releases each; at the target's line, not above it) at 1.42× the non-private interval's
+    width at ε = 5 (2.0× without the clip); r ≤ 24, less nuisance budget, or a skewed outcome tail
+    covered 0.90–0.93 (benchmarks/RESULTS.md, "A public residual clip")."""
     planning_sd: PositiveFinite | None = None
     """Dry run only: a guess of the scores' standard deviation (outcome units) at which the dry
     run predicts the total half-width; the release never uses it."""
