@@ -176,7 +176,7 @@ def ate_plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
             "nuisance_share: 0.5 and cate.nuisance.propensity_share: 0.8 (covered 93.5-94% "
             "there, at about 2x the non-private width; with a public residual sd s, adding "
             "residual_clip: 3.5-4 s, nuisance_share: 0.7, variance_share: 0.2 and "
-            "cate.propensity_clip: 0.125 covered 93% at 1.4x)") if (
+            "cate.propensity_clip: 0.125 covered 92.9% at 1.4x)") if (
         setup.propensity_learner == "output") else ""
     warnings = shrinkage_warnings(
         {"propensity": setup.propensity_l2, "outcome": setup.outcome_l2}, details,
