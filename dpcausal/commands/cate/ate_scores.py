@@ -22,7 +22,8 @@ holds for the computed floats too.
 
 The residual clip (``cate.ate.residual_clip`` r, public, outcome units): every Y − μ̂_a in the
 scores is replaced by ρ_a = clip(Y − μ̂_a, −r, r) (Huber-type: E[u] is then the ATE only when the
-residuals beyond ±r are symmetric; the interval does not cover that bias). The scores are the
+fitted μ̂_a is close to right and the residuals beyond ±r are rare or symmetric — a right
+propensity alone no longer suffices; the interval does not cover that bias). The scores are the
 same expressions with ρ_a in place of Y − μ̂_a, so they stay affine in (μ̂₁, μ̂₀, ρ_a) for fixed e
 and monotone (clipped: ∂u/∂e = −ρ₁/e², −ρ₀/(1 − e)²) or quadratic (overlap) in e. Only the set
 that (μ̂_a, ρ_a) ranges over changes: for a fixed μ̂_a = m, y ∈ [y_lo, y_hi] gives ρ_a ∈
