@@ -132,15 +132,23 @@ class ObjectiveInput:
              starts: list[FloatArray]) -> float:
         """sup over interior θ of β(‖b_second(θ)‖ − ‖b_first(θ)‖) + const."""
 
-        def neg(u: FloatArray) -> float:
-            th = self._theta(u)
-            return -(self.beta * (float(np.linalg.norm(second.g - second.a @ th))
-                                  - float(np.linalg.norm(first.g - first.a @ th))) + const)
+        p = len(first.g)
+        g = np.concatenate([second.g, first.g])  # both sides' b(θ) = g − Aθ in one product
+        a = np.vstack([second.a, first.a])
+        radius, beta = self.l1_radius, self.beta
+
+        def neg(u: FloatArray) -> float:  # called ~10⁴ times per start: no avoidable overhead
+            b = g - a @ (radius * u / (1.0 + float(np.abs(u).sum())))  # b at θ = self._theta(u)
+            b2, b1 = b[:p], b[p:]
+            return -(beta * (math.sqrt(float(b2 @ b2)) - math.sqrt(float(b1 @ b1))) + const)
 
         best = -math.inf
-        for th0 in starts:
+        for th0 in starts:  # ftol 1e-8 (relative): the loss to ~1e-8, far below any claim's
+            # digits; on the shipped config every gray-box figure equals the 1e-12 search's to
+            # 1e-8, and the paper calibration's 1.019 leak is still found (tested); the audit
+            # takes 28 CPU-s instead of 54 (benchmarks/RESULTS.md, issue 24)
             res = optimize.minimize(neg, self._u(th0), method="Powell",
-                                    options={"xtol": 1e-8, "ftol": 1e-12, "maxfev": 10_000})
+                                    options={"xtol": 1e-5, "ftol": 1e-8, "maxfev": 10_000})
             best = max(best, -float(res.fun), -neg(self._u(th0)))
         return best
 
