@@ -108,11 +108,9 @@ class ObjectiveInput:
     beta: float
     """Rate of the Gamma-norm noise density ν(b) ∝ exp(−β‖b‖) (β = 1/noise scale)."""
 
-    def _theta(self, u: FloatArray) -> FloatArray:
-        """A bijection of ℝ^p onto the open ℓ₁ ball of radius λ₁."""
-        return self.l1_radius * u / (1.0 + float(np.abs(u).sum()))
-
     def _u(self, theta: FloatArray) -> FloatArray:
+        """The inverse of θ = λ₁u/(1 + ‖u‖₁), a bijection of ℝ^p onto the open ℓ₁ ball of radius
+        λ₁ (the search runs over u; a θ on or beyond the sphere is first pulled inside)."""
         norm = float(np.abs(theta).sum())
         if norm >= self.l1_radius:
             theta = theta * (0.999 * self.l1_radius / norm)
@@ -138,7 +136,7 @@ class ObjectiveInput:
         radius, beta = self.l1_radius, self.beta
 
         def neg(u: FloatArray) -> float:  # called ~10⁴ times per start: no avoidable overhead
-            b = g - a @ (radius * u / (1.0 + float(np.abs(u).sum())))  # b at θ = self._theta(u)
+            b = g - a @ (radius * u / (1.0 + float(np.abs(u).sum())))  # b at θ(u), see _u
             b2, b1 = b[:p], b[p:]
             return -(beta * (math.sqrt(float(b2 @ b2)) - math.sqrt(float(b1 @ b1))) + const)
 
