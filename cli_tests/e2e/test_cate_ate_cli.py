@@ -65,3 +65,25 @@ def test_guard_refuses_before_reading_rows(workdir: Path) -> None:
     ok = invoke(["cate", "--spec", path, "--dry-run", "--json", "--epsilon", str(eps)])
     assert ok.exit_code == 0, ok.output
     assert json.loads(ok.stdout)["accuracy"][0]["halfwidth"] <= head["halfwidth"] / 2
+
+
+def test_the_observational_example_releases_with_its_pooled_centre(workdir: Path) -> None:
+    """configs/cate_ate_observational.yaml — the settings measured to cover on NHEFS-shaped data
+    (benchmarks/RESULTS.md): the plan names the pooled centre's one Laplace event and the clip's
+    caveat; the release says which models it used, and its receipt the same events."""
+    spec = "configs/cate_ate_observational.yaml"
+    plan = json.loads(invoke(["cate", "--spec", spec, "--dry-run", "--json"]).stdout)
+    stages = [e["stage"] for e in plan["events"]]
+    assert stages == ["cate.ate.nuisance.propensity", "cate.ate.nuisance.propensity.output",
+                      "cate.ate.nuisance.outcome.sum", "cate.ate.estimate", "cate.ate.variance"]
+    assert "pooled DP mean" in plan["details"]["note_residual_clip"]
+    res = invoke(["cate", "--spec", spec, "--json"])
+    assert res.exit_code == 0, res.output
+    doc = read_json(workdir / "out" / "cate_ate_observational" / "ate.json")
+    assert doc["residual_clip"] == 24.0
+    assert doc["nuisance_models"]["outcome_model"] == "pooled"
+    assert doc["nuisance_models"]["propensity_learner"] == "objective"
+    theta = doc["nuisance_models"]["fits"][0]["outcome_theta"]
+    assert theta[0] == theta[1]  # one centre for both arms
+    assert doc["total_interval"]["lo"] <= doc["estimate"] <= doc["total_interval"]["hi"]
+    assert [e["stage"] for e in json.loads(res.stdout)["events"]] == stages

@@ -46,7 +46,7 @@ def inputs(spec: CateSpec, data: pd.DataFrame) -> dict[str, Any]:
     return audit_ate.pre_noise(spec, data, pl, {})
 
 
-@pytest.mark.parametrize("outcome", ["means", "ridge"])
+@pytest.mark.parametrize("outcome", ["means", "ridge", "pooled"])
 def test_nuisance_inputs_are_the_non_private_fits(outcome: str) -> None:
     spec = make_spec(outcome_model=outcome)
     data = frame()
@@ -58,6 +58,9 @@ def test_nuisance_inputs_are_the_non_private_fits(outcome: str) -> None:
     np.testing.assert_array_equal(got[prop.stage], prop.fit_nonprivate(x, a))
     if isinstance(out, DPRidgeArms):
         np.testing.assert_array_equal(got[out.stage], out.fit_nonprivate(x, a, y).ravel())
+    elif outcome == "pooled":
+        r = y - 0.5 * (Y_LO + Y_HI)
+        np.testing.assert_allclose(got[f"{out.stage}.sum"], [r.sum()], rtol=1e-12)
     else:
         r = y - 0.5 * (Y_LO + Y_HI)
         np.testing.assert_allclose(got[f"{out.stage}.sums"], [r[a == 0].sum(), r[a == 1].sum()],
@@ -133,3 +136,21 @@ def test_the_objective_perturbation_propensity_is_refused_with_its_field() -> No
     with pytest.raises(SpecError, match="objective perturbation") as err:
         audit_ate.synthesize(spec, 50, np.random.default_rng(0))
     assert err.value.field == "cate.ate.propensity_learner"
+
+
+def test_the_planted_outcome_pair_attains_the_pooled_means_sensitivity() -> None:
+    """outcome_model: pooled — Y at the top vs the bottom on a quiet background moves the one sum by
+    2h: the stated sensitivity (less its rounding allowance), never more."""
+    spec = make_spec(outcome_model="pooled")
+    data = frame()
+    pl = plan(spec, len(data), {}, rng=np.random.default_rng(0))
+    stage = "cate.ate.nuisance.outcome.sum"
+    (sens,) = [ev.sensitivity for ev in pl.events if ev.stage == stage]
+    reached = 0.0
+    for where, d, dp in audit_ate.neighbours(spec, data, np.random.default_rng(1), 16):
+        one = audit_ate.pre_noise(spec, data if d is None else d, pl, {})[stage]
+        two = audit_ate.pre_noise(spec, dp, pl, {})[stage]
+        shift = float(np.abs(np.asarray(one) - np.asarray(two)).sum()) / sens
+        assert shift <= 1.0, where
+        reached = max(reached, shift)
+    assert reached > 0.999

@@ -24,7 +24,7 @@ from dpcausal.commands.cate.ate_setup import (
 from dpcausal.commands.cate.spec import CateSpec
 from dpcausal.commands.common import row_split
 from dpcausal.errors import SpecError
-from dpcausal.learners.dp_means import DPArmMeans
+from dpcausal.learners.dp_means import OutcomeMeans
 from dpcausal.learners.dp_objective import ObjectiveLogistic
 from dpcausal.learners.penalty import shrinkage_warnings
 
@@ -53,11 +53,11 @@ def nuisance_events(setup: AteSetup) -> list[PrivacyEvent]:
         for field, learner in (("propensity_l2", prop), ("outcome_l2", out)):
             if learner is None:
                 continue
-            if isinstance(learner, DPArmMeans):
+            if isinstance(learner, OutcomeMeans):
                 for mech in learner.mechanisms():
                     ev = mech.event()
                     events.append(dataclasses.replace(ev, partition=part, params={
-                        **ev.params, "model": "per-arm outcome means", "rows": learner.m}))
+                        **ev.params, "model": learner.description, "rows": learner.m}))
                 continue
             problem = learner.problem()
             if isinstance(learner, ObjectiveLogistic):
@@ -168,7 +168,9 @@ def ate_plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
             f"{setup.residual_clip:g}] (cate.ate.residual_clip): less noise, but the interval "
             "assumes the outcome model is close to right and the residuals beyond that are rare "
             "or symmetric (double robustness is lost: a far-off outcome model or a one-sided "
-            "tail biases the estimate, and the interval does not include that bias)")
+            "tail biases the estimate, and the interval does not include that bias)"
+            + ("; with outcome_model: pooled mu_0 = mu_1 = the pooled DP mean, so r bounds the "
+               "outcome's own spread around it" if setup.outcome == "pooled" else ""))
     if ate.groups:
         details["note_groups"] = ("a group's half-width grows like 1/(its size), which is private: "
                                   "it is not predicted; its released size is in ate.csv")

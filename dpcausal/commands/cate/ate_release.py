@@ -193,6 +193,7 @@ def build_ate_release(spec: CateSpec, setup: AteSetup, plan: PrivacyPlan, rel: R
                                              "robustness)"},
         "units": rel.units,
         "nuisance_models": {
+            "outcome_model": setup.outcome, "propensity_learner": setup.propensity_learner,
             "features": "x~ = (1, s(x) - 1/2)/sqrt(1 + q/4) * (1 - 8u), s(x) = (clip(x, lo, hi) - "
                         "lo)/(hi - lo); propensity = clip(sigmoid(theta . x~), kappa, 1 - kappa); "
                         "outcome_a = clip(center + theta_a . x~, y_lo, y_hi); crossfit: a row is "

@@ -18,7 +18,7 @@ from dpcausal.commands.common.columns import ArmColumns
 from dpcausal.errors import DataError, MissingBoundsError, SpecError
 from dpcausal.learners.dp_features import BoxFeatures
 from dpcausal.learners.dp_logistic import DPLogistic
-from dpcausal.learners.dp_means import DPArmMeans
+from dpcausal.learners.dp_means import DPArmMeans, DPPooledMean, OutcomeMeans
 from dpcausal.learners.dp_objective import ObjectiveLogistic
 from dpcausal.learners.dp_ridge import DPRidgeArms
 from dpcausal.learners.penalty import (
@@ -74,7 +74,7 @@ class AteSetup:
     budget: Budget
     propensity_l2: PenaltyChoice | None
     """The output perturbation's penalty (None: objective perturbation, or a public propensity)."""
-    outcome: Literal["ridge", "means", "none"]
+    outcome: Literal["ridge", "means", "pooled", "none"]
     """The outcome model in use (``auto`` resolved)."""
     outcome_l2: PenaltyChoice | None
     overlap: int
@@ -200,7 +200,7 @@ def build_ate_setup(spec: CateSpec, n_rows: int) -> AteSetup:
         raise SpecError("privacy.delta: the DP propensity and ridge models use Gaussian noise and "
                         "need δ > 0; set privacy.delta (e.g. 1e-6, < 1/n_rows), or give "
                         "cate.ate.propensity (a trial's design probability) with "
-                        "cate.ate.outcome_model: means or none for a pure ε release",
+                        "cate.ate.outcome_model: means, pooled or none for a pure ε release",
                         field="privacy.delta")
     if spec.privacy.delta >= 1.0 / n_rows:
         raise SpecError(f"privacy.delta: δ = {spec.privacy.delta:g} is not < 1/n_rows = "
@@ -226,7 +226,7 @@ def build_ate_setup(spec: CateSpec, n_rows: int) -> AteSetup:
     y_bounds = columns.outcome_bounds
     nu = sec.nuisance
     m = min(fits)
-    outcome: Literal["ridge", "means", "none"]
+    outcome: Literal["ridge", "means", "pooled", "none"]
     out_l2 = None
     if ate.outcome_model == "auto" or ate.outcome_model == "ridge":
         budget = _budget(spec, ate, has_prop, "ridge", bool(ate.groups))
@@ -261,7 +261,8 @@ def build_ate_setup(spec: CateSpec, n_rows: int) -> AteSetup:
         raise SpecError("cate.ate.residual_clip: with cate.ate.outcome_model: none the outcome "
                         "model is the constant middle of bounds.outcome, so the clip would "
                         "truncate the outcome itself and bias the estimate; remove "
-                        "residual_clip, or choose outcome_model: means, ridge or auto",
+                        "residual_clip, or choose outcome_model: pooled (a DP centre), means, "
+                        "ridge or auto",
                         field="cate.ate.residual_clip")
     boxes = _group_boxes(spec, ate.groups, box)
     return AteSetup(columns, box, n_rows, ate.nuisance_rows, fits,
@@ -276,7 +277,7 @@ def stage(name: str, fold: int | None = None) -> str:
 
 def nuisance_learners(setup: AteSetup, fold: int | None = None
                       ) -> tuple[DPLogistic | ObjectiveLogistic | None,
-                                 DPRidgeArms | DPArmMeans | None]:
+                                 DPRidgeArms | OutcomeMeans | None]:
     """The DP nuisance learners of one fit (all rows, the split's first part, or one fold).
 
     Notes
@@ -286,14 +287,15 @@ def nuisance_learners(setup: AteSetup, fold: int | None = None
     solver's slack) or :class:`~dpcausal.learners.dp_objective.ObjectiveLogistic` (objective
     perturbation: gradient sensitivity 2, Jacobian term, output noise for the solver's gap),
     :class:`~dpcausal.learners.dp_ridge.DPRidgeArms` (2h(1 + 1/√λ)/(mλ) +
-    slack, both arms jointly) or :class:`~dpcausal.learners.dp_means.DPArmMeans` (2h on the sums,
-    2 on the counts); each is DP for its share, the pair by sequential composition; everything
+    slack, both arms jointly), :class:`~dpcausal.learners.dp_means.DPArmMeans` (2h on the sums,
+    2 on the counts) or :class:`~dpcausal.learners.dp_means.DPPooledMean` (2h on the one sum);
+    each is DP for its share, the pair by sequential composition; everything
     computed from the released models is post-processing.
     """
     b = setup.budget
     m = setup.n_nuisance[0 if fold is None else fold]
     prop: DPLogistic | ObjectiveLogistic | None = None
-    out: DPRidgeArms | DPArmMeans | None = None
+    out: DPRidgeArms | OutcomeMeans | None = None
     if setup.propensity_learner == "objective":
         prop = ObjectiveLogistic(setup.box, b.propensity, b.delta_propensity, m,
                                  stage=stage("propensity", fold))
@@ -306,6 +308,8 @@ def nuisance_learners(setup: AteSetup, fold: int | None = None
                           b.delta_outcome, m, stage=stage("outcome", fold))
     elif setup.outcome == "means":
         out = DPArmMeans(setup.box, setup.y_bounds, b.outcome, m, stage=stage("outcome", fold))
+    elif setup.outcome == "pooled":
+        out = DPPooledMean(setup.box, setup.y_bounds, b.outcome, m, stage=stage("outcome", fold))
     return prop, out
 
 

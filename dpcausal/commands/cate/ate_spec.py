@@ -76,13 +76,15 @@ class AteSpec(StrictModel):
     cate.nuisance.propensity_share 0.8), at a wider interval; on a trial without a public
     propensity the output learner is narrower (benchmarks/RESULTS.md). Not with cate.ate.propensity or
     cate.nuisance.propensity_l2."""
-    outcome_model: Literal["auto", "ridge", "means", "none"] = "auto"
+    outcome_model: Literal["auto", "ridge", "means", "pooled", "none"] = "auto"
     """auto (default): ridge when the penalty rule keeps at least half of a covariate's effect at
     this ε and n (the dry run says which), else means. ridge: a DP ridge model per arm
     (cate.nuisance.outcome_l2); means: the two arms' DP means (Laplace; far less noise than a
-    regression on a small data set); none: μ̂ ≡ the middle of bounds.outcome (nothing spent). The
-    interval is valid with any of them when the propensity is right (double robustness); a better
-    outcome model only narrows it."""
+    regression on a small data set); pooled: one DP mean of the outcome over both arms, used as
+    μ̂₀ = μ̂₁ (one Laplace draw on all rows: the centre for residual_clip); none: μ̂ ≡ the middle
+    of bounds.outcome (nothing spent). Without residual_clip the interval is valid with any of
+    them when the propensity is right (double robustness); a better outcome model only narrows
+    it."""
     variance: Literal["private", "bound"] = "private"
     """How the interval learns the scores' variance. private (default): a Laplace release of the
     scores' second moment, its own charged event (variance_share of the scores' ε), and the

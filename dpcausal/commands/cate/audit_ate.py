@@ -13,8 +13,8 @@ stage's input is then its real pre-noise value given the same earlier releases o
 the conditional form in which the proof's sequential composition claims each stage's ε (§3, §4):
 
 - the nuisance stages: the non-private θ̂ of the ℓ2-logistic propensity model, the stacked ridge
-  (θ̂₀, θ̂₁), or the per-arm sums and counts of ``outcome_model: means`` (each fold's under
-  ``crossfit``);
+  (θ̂₀, θ̂₁), the per-arm sums and counts of ``outcome_model: means``, or the one pooled sum of
+  ``outcome_model: pooled`` (each fold's under ``crossfit``);
 - the score stages (``estimate``, ``denominator``, ``variance``, ``groups.*``): the statistic
   divided by its unit (the mechanisms are planned per unit, sensitivity 1 or 2m), given the fixed
   released models ê ≡ κ (the smallest allowed propensity; a public ``propensity`` is itself) and
@@ -31,7 +31,7 @@ pair reaches 2 of the 4 units). ``denominator`` (ATO) needs ê to vary over the 
 score stages are also conditioned on a second propensity model (:func:`conditionings`).
 
 The nuisance stages: the means model's sums and counts are attained (Y top vs bottom, the arm
-flipped). The propensity's Δ₂ = 2/(mλ) + 2D is not: one row moves the logistic gradient by
+flipped), the pooled mean's sum too (Y top vs bottom on a quiet background). The propensity's Δ₂ = 2/(mλ) + 2D is not: one row moves the logistic gradient by
 (σ − A)x̃ − (σ′ − A′)x̃′, which is 2 only if σ ≈ 0 at a treated row and ≈ 1 at an untreated one next to it. The
 planted pair — every other fitting row untreated at the box's centre (x̃ = the intercept alone, so
 nothing curves the objective across it), the row treated at the upper vs the lower corner — moves
