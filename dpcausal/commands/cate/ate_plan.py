@@ -174,11 +174,11 @@ def ate_plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
     if ate.groups:
         details["note_groups"] = ("a group's half-width grows like 1/(its size), which is private: "
                                   "it is not predicted; its released size is in ate.csv")
-    hint = ("; for observational data consider cate.ate.propensity_learner: objective with "
-            "nuisance_share: 0.5 and cate.nuisance.propensity_share: 0.8 (covered 93.5-94% "
-            "there, at about 2x the non-private width; with a public residual sd s, adding "
-            "residual_clip: 3.5-4 s, nuisance_share: 0.7, variance_share: 0.2 and "
-            "cate.propensity_clip: 0.125 covered 92.9% at 1.4x)") if (
+    hint = ("; for observational data consider configs/cate_ate_observational.yaml: "
+            "propensity_learner: objective, outcome_model: pooled and, with a public outcome sd "
+            "s, residual_clip: 3 s, nuisance_share: 0.65, variance_share: 0.2, "
+            "cate.nuisance.propensity_share: 0.95, cate.propensity_clip: 0.1 (covered 94-95% "
+            "there at epsilon 1 and 5, at 1.4x the non-private width at epsilon 5)") if (
         setup.propensity_learner == "output") else ""
     warnings = shrinkage_warnings(
         {"propensity": setup.propensity_l2, "outcome": setup.outcome_l2}, details,

@@ -112,14 +112,16 @@ class AteSpec(StrictModel):
     makes the estimate unbiased (double robustness is lost): a far-off outcome model (the arms'
     noisy DP means at small ε, a strongly shrunk ridge) or a one-sided outcome tail biases it.
     Choose r from public knowledge, several times the residual sd you expect of a good outcome
-    model (the NHEFS-shaped check below: ≈ 3.5–4 sd), never from this data. Must be below the
-    outcome range; refused with outcome_model: none (μ̂ is then a constant, so the clip would
-    simply truncate the outcome). On NHEFS-shaped simulations (residual sd ≈ 7–8 kg, range 95)
-    r = 28 with propensity_learner: objective, nuisance_share 0.7, variance_share 0.2,
-    cate.nuisance.propensity_share 0.8 and cate.propensity_clip 0.125 covered 0.929 at ε = 5 and 1
-    (3,500 releases each, SE 0.004: just under a nominal 95 % − 2 points) at 1.42× the non-private interval's
-    width at ε = 5 (2.0× without the clip); r ≤ 24, less nuisance budget, or a skewed outcome tail
-    covered 0.90–0.93 (benchmarks/RESULTS.md, "A public residual clip")."""
+    model (with outcome_model: pooled, several times the outcome's own sd), never from this data.
+    Must be below the outcome range; refused with outcome_model: none (μ̂ is then the middle of
+    the bounds, so the clip would simply truncate the outcome). On NHEFS-shaped observational
+    simulations (outcome sd ≈ 8 kg, range 95) r = 24 with outcome_model: pooled,
+    propensity_learner: objective, nuisance_share 0.65, variance_share 0.2,
+    cate.nuisance.propensity_share 0.95 and cate.propensity_clip 0.1 covered 94.5 % at ε = 5 (1.4×
+    the non-private interval's width) and 94.2 % at ε = 1 over 6,000 fresh releases each
+    (configs/cate_ate_observational.yaml); the best setting with the arms' means instead (r = 28,
+    ζ = 0.125, nuisance_share 0.7, propensity_share 0.8) covered 92.9 % at 1.42×; a one-sided
+    outcome tail costs about 2 points (benchmarks/RESULTS.md, "A pooled DP centre")."""
     planning_sd: PositiveFinite | None = None
     """Dry run only: a guess of the scores' standard deviation (outcome units) at which the dry
     run predicts the total half-width; the release never uses it."""
