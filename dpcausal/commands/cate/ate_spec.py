@@ -121,7 +121,7 @@ class AteSpec(StrictModel):
     the non-private interval's width) and 94.2 % at ε = 1 over 6,000 fresh releases each
     (configs/cate_ate_observational.yaml); the best setting with the arms' means instead (r = 28,
     ζ = 0.125, nuisance_share 0.7, propensity_share 0.8) covered 92.9 % at 1.42×; a one-sided
-    outcome tail costs about 2 points (benchmarks/RESULTS.md, "A pooled DP centre")."""
+    outcome tail costs 2.5 points at ε = 5 (benchmarks/RESULTS.md, "A pooled DP centre")."""
     planning_sd: PositiveFinite | None = None
     """Dry run only: a guess of the scores' standard deviation (outcome units) at which the dry
     run predicts the total half-width; the release never uses it."""

@@ -31,7 +31,8 @@ pair reaches 2 of the 4 units). ``denominator`` (ATO) needs ê to vary over the 
 score stages are also conditioned on a second propensity model (:func:`conditionings`).
 
 The nuisance stages: the means model's sums and counts are attained (Y top vs bottom, the arm
-flipped), the pooled mean's sum too (Y top vs bottom on a quiet background). The propensity's Δ₂ = 2/(mλ) + 2D is not: one row moves the logistic gradient by
+flipped), the pooled mean's sum too (Y top vs bottom on a quiet background). The propensity's
+Δ₂ = 2/(mλ) + 2D is not: one row moves the logistic gradient by
 (σ − A)x̃ − (σ′ − A′)x̃′, which is 2 only if σ ≈ 0 at a treated row and ≈ 1 at an untreated one next to it. The
 planted pair — every other fitting row untreated at the box's centre (x̃ = the intercept alone, so
 nothing curves the objective across it), the row treated at the upper vs the lower corner — moves
