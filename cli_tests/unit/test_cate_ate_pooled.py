@@ -13,7 +13,13 @@ from scipy import special, stats
 
 from cli_tests.helpers import assert_three_arm, ks_three_arm
 from cli_tests.unit.test_cate_ate import COVS, make_spec, observational, release
-from dpcausal.commands.cate.ate_setup import build_ate_setup, nuisance_learners
+from dpcausal.commands.cate.ate_scores import NuisanceRanges, centred_range
+from dpcausal.commands.cate.ate_setup import (
+    build_ate_setup,
+    nuisance_learners,
+    public_ranges,
+    public_units,
+)
 from dpcausal.commands.cate.method import plan
 from dpcausal.learners.dp_means import DPPooledMean
 from dpcausal.learners.rounding import effective_half_range
@@ -152,3 +158,27 @@ def test_a_pure_epsilon_release_with_a_public_propensity_is_allowed() -> None:
     setup = build_ate_setup(make_spec(delta=0.0, propensity=0.4, outcome_model="pooled"), 400)
     assert setup.outcome == "pooled"
     assert setup.budget.delta_outcome == 0.0
+
+
+@pytest.mark.parametrize("weights", ["clipped", "overlap"])
+@pytest.mark.parametrize("r", [None, 0.7, 4.0, 14.0])
+@pytest.mark.parametrize("propensity", [None, 0.4])
+def test_the_dry_runs_unit_is_the_largest_over_every_tied_centre(
+        weights: str, r: float | None, propensity: float | None) -> None:
+    """The plan's worst case for μ̂₀ = μ̂₁ = c̃, c̃ anywhere in the bounds, is attained at the
+    candidates of public_ranges (a dense grid of c̃ never exceeds it), and is no larger than the
+    untied worst case the means model uses."""
+    extra: dict[str, Any] = {"weights": weights}
+    if r is not None:
+        extra["residual_clip"] = r
+    if propensity is not None:
+        extra["propensity"] = propensity
+    setup = build_ate_setup(make_spec(outcome_model="pooled", **extra), 400)
+    got = public_units(setup, propensity)["estimate"]
+    e = public_ranges(setup, propensity)[0].e
+    grid = max(hi - lo for lo, hi in (
+        centred_range(weights, setup.y_bounds, NuisanceRanges(e, (c, c), (c, c)),  # type: ignore[arg-type]
+                      residual_clip=r) for c in np.linspace(Y_LO, Y_HI, 3001)))
+    assert grid <= got <= grid * (1 + 1e-12)
+    means = build_ate_setup(make_spec(outcome_model="means", **extra), 400)
+    assert got <= public_units(means, propensity)["estimate"]

@@ -313,12 +313,25 @@ def nuisance_learners(setup: AteSetup, fold: int | None = None
     return prop, out
 
 
-def public_ranges(setup: AteSetup, propensity: float | None) -> NuisanceRanges:
+def public_ranges(setup: AteSetup, propensity: float | None) -> list[NuisanceRanges]:
     """The nuisance ranges every released model satisfies whatever its noise: ê ∈ [κ, 1 − κ] (or
-    the public constant), μ̂ in the outcome bounds (or the constant centre)."""
+    the public constant), μ̂ in the outcome bounds (or the constant centre).
+
+    The pooled centre ties μ̂₀ = μ̂₁ = c̃ for some c̃ in the bounds: one tied range per candidate
+    c̃ ∈ {y_lo, y_lo + r, y_hi − r, y_hi} (the kinks inside the bounds). Every score bound of
+    :func:`centred_range` is, for each corner of ê, linear in the clipped residual's ends
+    max(−r, y_lo − c̃) and min(r, y_hi − c̃), which are linear in c̃ between the kinks; so the
+    scores' range (a max of linear functions minus a min of them) is convex in c̃ there and its
+    largest value over the bounds is at one of these candidates."""
     e = (propensity, propensity) if propensity is not None else (setup.kappa, 1.0 - setup.kappa)
-    mu = setup.y_bounds if setup.outcome != "none" else (setup.center, setup.center)
-    return NuisanceRanges(e, mu, mu)
+    if setup.outcome == "none":
+        return [NuisanceRanges(e, (setup.center, setup.center), (setup.center, setup.center))]
+    if setup.outcome != "pooled":
+        return [NuisanceRanges(e, setup.y_bounds, setup.y_bounds)]
+    lo, hi = setup.y_bounds
+    r = setup.residual_clip
+    kinks = [] if r is None else [c for c in (lo + r, hi - r) if lo < c < hi]
+    return [NuisanceRanges(e, (c, c), (c, c)) for c in sorted({lo, hi, *kinks})]
 
 
 @dataclass(frozen=True)
@@ -367,15 +380,19 @@ def unit_mechanisms(setup: AteSetup) -> UnitMechanisms:
 
 def public_units(setup: AteSetup, propensity: float | None) -> dict[str, float]:
     """The units (sensitivities) at the public worst case of the nuisances: what the dry run can
-    predict; the release's own units are never larger."""
-    ranges = public_ranges(setup, propensity)
-    u_lo, u_hi = centred_range(setup.weights, setup.y_bounds, ranges,
-                               residual_clip=setup.residual_clip)
-    v_lo, v_hi = weight_range(setup.weights, ranges)
-    # E = max |u − τ̃v| depends on the released τ̃: predicted at τ̃ in the middle of u's range
-    mid = 0.5 * (u_lo + u_hi) / v_hi
-    c_lo, c_hi = centred_range(setup.weights, setup.y_bounds, ranges, mid,
-                               residual_clip=setup.residual_clip)
-    e_max = max(abs(c_lo), abs(c_hi))
-    return {"estimate": u_hi - u_lo, "denominator": v_hi - v_lo, "v_min": v_lo, "v_max": v_hi,
+    predict; the release's own units are never larger (the largest over
+    :func:`public_ranges`' candidates)."""
+    candidates = public_ranges(setup, propensity)
+    v_lo, v_hi = weight_range(setup.weights, candidates[0])  # the weights do not involve μ̂
+    estimate = e_max = 0.0
+    for ranges in candidates:
+        u_lo, u_hi = centred_range(setup.weights, setup.y_bounds, ranges,
+                                   residual_clip=setup.residual_clip)
+        # E = max |u − τ̃v| depends on the released τ̃: predicted at τ̃ in the middle of u's range
+        mid = 0.5 * (u_lo + u_hi) / v_hi
+        c_lo, c_hi = centred_range(setup.weights, setup.y_bounds, ranges, mid,
+                                   residual_clip=setup.residual_clip)
+        estimate = max(estimate, u_hi - u_lo)
+        e_max = max(e_max, abs(c_lo), abs(c_hi))
+    return {"estimate": estimate, "denominator": v_hi - v_lo, "v_min": v_lo, "v_max": v_hi,
             "e_max": e_max}
