@@ -322,11 +322,13 @@ def public_ranges(setup: AteSetup, propensity: float | None) -> list[NuisanceRan
     :func:`centred_range` is, for each corner of ê, linear in the clipped residual's ends
     max(−r, y_lo − c̃) and min(r, y_hi − c̃), which are linear in c̃ between the kinks; so the
     scores' range (a max of linear functions minus a min of them) is convex in c̃ there and its
-    largest value over the bounds is at one of these candidates."""
+    largest value over the bounds is at one of these candidates. Not under crossfit: the release
+    bounds the scores by the union of the folds' ranges, in which the folds' different centres are
+    no longer tied, so the untied worst case is the one it never exceeds."""
     e = (propensity, propensity) if propensity is not None else (setup.kappa, 1.0 - setup.kappa)
     if setup.outcome == "none":
         return [NuisanceRanges(e, (setup.center, setup.center), (setup.center, setup.center))]
-    if setup.outcome != "pooled":
+    if setup.outcome != "pooled" or setup.rows == "crossfit":
         return [NuisanceRanges(e, setup.y_bounds, setup.y_bounds)]
     lo, hi = setup.y_bounds
     r = setup.residual_clip
