@@ -43,6 +43,24 @@ def exact_total(parts: Sequence[Stat]) -> Stat:
     return out.reshape(stacked.shape[1:])  # type: ignore[return-value]
 
 
+def objective_scale(bound: float) -> float:
+    """w = 2^−e with ``bound`` = m·2^e (0.5 ≤ m < 1): a power of two from a PUBLIC bound (a
+    solver's L_w, which bounds ρ|ℓ′|) that brings the residuals, coefficients and gradients a
+    solver squares to order one whatever the outcome scale. Multiplying by it is exact (no
+    overflow, underflow only below 2^−1022 after scaling), so a sum of squares of scaled values
+    is w² times the unscaled sum, bit for bit, wherever the latter neither overflows nor
+    underflows, and any comparison of such sums is unchanged."""
+    return math.ldexp(1.0, -math.frexp(bound)[1])
+
+
+def scaled_norm(x: npt.NDArray[np.float64], scale: float) -> float:
+    """‖x‖₂ computed as ‖scale·x‖₂/scale (``scale`` a power of two, :func:`objective_scale`): the
+    same float as ``np.linalg.norm(x)`` wherever that neither overflows nor underflows (both
+    scalings are exact), and within the same relative rounding bound where it would (x's
+    squares beyond 1.8e308 or below 2^−1022 at outcome scales beyond ~1e154 or below ~1e−154)."""
+    return float(np.linalg.norm(x * scale)) / scale
+
+
 def block_total(stat: Callable[[slice], Stat], n: int) -> Stat:
     """Σ over the rows [0, n) of a statistic computed per block of ≤ ``SUM_CHUNK`` rows
     (``stat(rows)``), the blocks added exactly rounded (n = 0: one empty block)."""

@@ -30,6 +30,7 @@ class FixedTol:
 
     def __init__(self, tol: float) -> None:
         self.stop_tol = tol
+        self.scale = 1.0  # the line search's public power of two (RffAccuracy.scale): unscaled
 
     def accepts(self, w: np.ndarray, grad: np.ndarray) -> bool:
         return bool(np.linalg.norm(grad) <= self.stop_tol)

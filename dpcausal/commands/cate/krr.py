@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from dpcausal.commands.cate.krr_accuracy import KrrAccuracy
 from dpcausal.mechanisms.gaussian_process import gaussian_kernel
+from dpcausal.numerics import objective_scale
 
 FloatArray = npt.NDArray[np.float64]
 Learner = Literal["r", "dr"]
@@ -38,11 +39,14 @@ def pseudo_outcomes(learner: Learner, a: FloatArray, y: FloatArray, pi: FloatArr
 
 
 def huber_value(r: FloatArray, c: float | None) -> FloatArray:
-    """ℓ_c(r) = r² for |r| ≤ c, 2c|r| − c² beyond (c = None: squared loss)."""
+    """ℓ_c(r) = r² for |r| ≤ c, 2c|r| − c² beyond (c = None: squared loss). The square is taken
+    of min(|r|, c) (equal to r² inside, bit for bit), so a residual far outside c never squares
+    to an overflow in the branch ``np.where`` discards."""
     if c is None:
         return r * r
     ar = np.abs(r)
-    return np.where(ar <= c, r * r, 2.0 * c * ar - c * c)
+    inner = np.minimum(ar, c)
+    return np.where(ar <= c, inner * inner, 2.0 * c * ar - c * c)
 
 
 def huber_derivative(r: FloatArray, c: float | None) -> FloatArray:
@@ -81,12 +85,6 @@ def _objective(alpha: FloatArray, kmat: FloatArray, rho: FloatArray, phi: FloatA
     cw = None if c is None else c * w
     return (float(rho @ huber_value((f - phi) * w, cw)) / n
             + lam0 * float((alpha * w) @ (f * w))), f
-
-
-def objective_scale(lipschitz_w: float) -> float:
-    """w = 2^−e with L_w = m·2^e (0.5 ≤ m < 1): a public power of two that brings the residuals
-    and coefficients the line search squares to order one (L_w bounds ρ|ℓ′|)."""
-    return math.ldexp(1.0, -math.frexp(lipschitz_w)[1])
 
 
 def gradient_coefficients(alpha: FloatArray, f: FloatArray, rho: FloatArray, phi: FloatArray,

@@ -35,7 +35,7 @@ from dpcausal.commands.cate.rff_pass import (
     exact_gradient_pass,
     rff_pass,
 )
-from dpcausal.numerics import exact_total
+from dpcausal.numerics import exact_total, scaled_norm
 from dpcausal.solvers.backend import Backend, InMemory
 
 __all__ = ["CACHE_MB", "FourierFeatures", "Part", "RffFit", "block_rows", "exact_gradient",
@@ -70,11 +70,13 @@ def exact_gradient(backend: Backend, feats: FourierFeatures, w: FloatArray, *, n
     return np.asarray(exact_total(parts), dtype=np.float64) / n + 2.0 * lam0 * w
 
 
-def project(w: FloatArray, radius: float) -> FloatArray:
-    """P_R(w): w scaled onto the ball ‖w‖ ≤ R when outside it (0 when not finite)."""
+def project(w: FloatArray, radius: float, *, scale: float) -> FloatArray:
+    """P_R(w): w scaled onto the ball ‖w‖ ≤ R when outside it (0 when not finite); ‖w‖ computed
+    as ‖scale·w‖/scale (``scale`` the public power of two :attr:`RffAccuracy.scale`, so it does
+    not overflow to ∞ — which projected every w to 0 — at outcome scales beyond ~1e154)."""
     if not bool(np.all(np.isfinite(w))):
         return np.zeros_like(w)
-    norm = float(np.linalg.norm(w))
+    norm = scaled_norm(w, scale)
     return w * (radius / norm) if norm > radius else w
 
 
@@ -85,12 +87,13 @@ def guaranteed_descent(backend: Backend, feats: FourierFeatures, start: FloatArr
     ``accuracy.steps`` passes (fewer when a step's gradient meets the certificate); the returned w
     is within ``accuracy.target`` of w* by the contraction bound (rff_accuracy's docstring), with
     no check."""
-    w = project(np.asarray(start, dtype=np.float64), accuracy.radius)
+    sc = accuracy.scale
+    w = project(np.asarray(start, dtype=np.float64), accuracy.radius, scale=sc)
     for it in range(accuracy.steps):
         grad = exact_gradient(backend, feats, w, n=n, lam0=lam0, huber_c=huber_c, cache=cache)
         if accuracy.accepts(w, grad):
-            return RffFit(w, float(np.linalg.norm(grad)), it)
-        w = project(w - accuracy.step * grad, accuracy.radius)
+            return RffFit(w, scaled_norm(grad, sc), it)
+        w = project(w - accuracy.step * grad, accuracy.radius, scale=sc)
     return RffFit(w, math.nan, accuracy.steps)
 
 
@@ -127,8 +130,10 @@ def solve_rff(backend: Backend, feats: FourierFeatures, *, n: int, lam0: float,
     for w + step, the loss gradient, the Gram delta and J along w + t·step for t = 1, ½, …,
     2⁻²⁷ (``T_GRID``;
     in memory first t = 1 alone, the rest only for a damped step); the step is the first t with
-    J(w + t·step) ≤ J(w) + 1e-12|J(w)|, and a damped step costs one more pass at the accepted
-    point. When the pass's gradient norm is ≤ ``accuracy.stop_tol`` the certificate recomputes
+    J(w + t·step) ≤ J(w) + 1e-12|J(w)|, compared as s²J with s = ``accuracy.scale`` (a public
+    power of two from L_w, so the squares stay in range at any outcome scale and the decision is
+    the unscaled one: :func:`_scaled_objective`), and a damped step costs one more pass at the
+    accepted point. When the pass's gradient norm is ≤ ``accuracy.stop_tol`` the certificate recomputes
     the gradient over every row, summed with a proven rounding bound (:func:`exact_gradient`,
     one pass) and returns w if :meth:`RffAccuracy.accepts`. When no iterate certifies within
     ``NEWTON_ITER`` steps, or a system is not positive definite, :func:`guaranteed_descent` runs
@@ -136,22 +141,23 @@ def solve_rff(backend: Backend, feats: FourierFeatures, *, n: int, lam0: float,
     minimiser, so Δ = L_w/(λ0 n) + τ/λ0 holds (docs/proofs/cate.md §3).
     """
     p = feats.dim
+    sc = accuracy.scale
     in_memory = isinstance(backend, InMemory)
     cache = FeatureCache(CACHE_MB if cache_mb is None else cache_mb) if in_memory else None
-    stat: Any = functools.partial(rff_pass, feats=feats, c=huber_c, rows=rows, cache=cache)
+    stat: Any = functools.partial(rff_pass, feats=feats, c=huber_c, rows=rows, cache=cache,
+                                  scale=sc)
     exact = functools.partial(exact_gradient, backend, feats, n=n, lam0=lam0, huber_c=huber_c,
                               cache=cache)
     w = np.zeros(p)
     hess = np.zeros((p, p))
     zv, d_hess, loss = backend.map_sum(functools.partial(stat, w=w, w_in=None, step=None))
-    val = float(loss[0]) / n + lam0 * float(w @ w)
+    val = _scaled_objective(float(loss[0]), w, n, lam0, sc)
     for it in range(NEWTON_ITER + 1):
         grad = zv / n + 2.0 * lam0 * w
-        gnorm = float(np.linalg.norm(grad))
-        if gnorm <= accuracy.stop_tol:
+        if scaled_norm(grad, sc) <= accuracy.stop_tol:
             cert = exact(w)
             if accuracy.accepts(w, cert):
-                return RffFit(w, float(np.linalg.norm(cert)), it)
+                return RffFit(w, scaled_norm(cert, sc), it)
         if it == NEWTON_ITER:
             break
         hess += d_hess  # the Gram now holds the inside set at w
@@ -163,11 +169,11 @@ def solve_rff(backend: Backend, feats: FourierFeatures, *, n: int, lam0: float,
         ts = T_GRID[:1] if in_memory else T_GRID
         zv_f, dh_f, line = backend.map_sum(
             functools.partial(stat, w=w, w_in=w, step=step, ts=ts))
-        if in_memory and not _accepts(float(line[0]), w + step, n, lam0, val):
+        if in_memory and not _accepts(float(line[0]), w + step, n, lam0, sc, val):
             line = backend.map_sum(functools.partial(stat, w=w, w_in=w, step=step))[2]
         for k, t in enumerate(T_GRID):
             cand_w = w + t * step
-            cval = float(line[k]) / n + lam0 * float(cand_w @ cand_w)
+            cval = _scaled_objective(float(line[k]), cand_w, n, lam0, sc)
             if cval <= val + 1e-12 * abs(val) or t < 1e-8:
                 break
         if k == 0:
@@ -180,9 +186,29 @@ def solve_rff(backend: Backend, feats: FourierFeatures, *, n: int, lam0: float,
                               accuracy=accuracy, cache=cache)
 
 
-def _accepts(loss: float, cand_w: FloatArray, n: int, lam0: float, val: float) -> bool:
-    """Whether the full step's J(w + step) passes the descent test (the first of ``T_GRID``)."""
-    return loss / n + lam0 * float(cand_w @ cand_w) <= val + 1e-12 * abs(val)
+def _scaled_objective(loss: float, w: FloatArray, n: int, lam0: float, scale: float) -> float:
+    """s²·J(w) from a pass's scaled loss sum s²·Σρℓ_c (``rff_pass``), s = ``scale``.
+
+    Notes
+    -----
+    s is the public power of two :attr:`RffAccuracy.scale` (from L_w alone), so every operation
+    here and in the pass is the unscaled one times s or s², exactly, wherever the unscaled
+    squares neither overflow nor underflow: the line search's test
+    s²J(w + t·step) ≤ s²J(w) + 1e-12·|s²J(w)| is then the same decision, bit for bit, as on
+    J — its slack 1e-12·|J| is relative, so it scales with the objective and needs no
+    re-derivation. Where the unscaled squares would overflow (|r|, ‖w‖ ≳ 1.3e154) J was ∞ or
+    nan and every step shrank to 2⁻²⁷, so Newton never certified; now the same steps as at
+    order-one scales are taken. The objective only chooses Newton's iterates: it enters neither
+    the certificate (:meth:`RffAccuracy.accepts`, on the recomputed gradient), nor the fallback,
+    nor the sensitivity, so the guarantee is unchanged whichever iterate it picks.
+    """
+    return loss / n + lam0 * float((w * scale) @ (w * scale))
+
+
+def _accepts(loss: float, cand_w: FloatArray, n: int, lam0: float, scale: float,
+             val: float) -> bool:
+    """Whether the full step's s²J(w + step) passes the descent test (the first of ``T_GRID``)."""
+    return _scaled_objective(loss, cand_w, n, lam0, scale) <= val + 1e-12 * abs(val)
 
 
 def fit_rff_streaming(feats: FourierFeatures, s: FloatArray, rho: FloatArray, phi: FloatArray, *,

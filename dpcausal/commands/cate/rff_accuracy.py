@@ -22,6 +22,16 @@ A solve ends in one of two ways, each within d* = 0.99·τ/(2λ0) of w* (:attr:`
 
 Two neighbours' solves are then within 2d* < τ/λ0 of their minimisers, so Δ = L_w/(λ0 n) + τ/λ0
 (:attr:`dpcausal.commands.cate.setup.CateSetup.rkhs_sensitivity`) holds for either path.
+
+Outcome scale. Every bound here is proportional to L_w, and every 2-norm the certificate and the
+fallback's projection take is computed as ‖s·x‖/s with the public power of two s = 2^−e,
+L_w = m·2^e (:attr:`RidgeSolveTerms.scale`): exactly ``np.linalg.norm(x)`` where its squares
+stay in float64's normal range, and still within its relative rounding bound where they would
+not (unscaled, a gradient ≳ 1.3e154 overflowed to ∞, refusing every iterate, and one ≲ 1e-154
+underflowed towards 0, accepting iterates far from w*: a false certificate at outcome scales
+≲ 1e-158). The line search scales its objective by s² the same way (``rff._scaled_objective``);
+it never enters the certificate. The rounding model of ε_g and r still assumes the gradient's
+terms are normal floats (outcome scales above ~1e-290).
 """
 
 from __future__ import annotations
@@ -39,6 +49,8 @@ from dpcausal.numerics import (
     descent_contraction_gap,
     descent_steps,
     gamma,
+    objective_scale,
+    scaled_norm,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -82,6 +94,12 @@ class RidgeSolveTerms:
     def update_allowance(self) -> float:
         """r: a public bound on the rounding of one fallback update (each certificate's own)."""
         raise NotImplementedError
+
+    @property
+    def scale(self) -> float:
+        """The public power of two 2^−e, L_w = m·2^e (:func:`~dpcausal.numerics.objective_scale`),
+        by which a solver scales whatever it squares: line-search objectives and norms."""
+        return objective_scale(self.lipschitz_w)
 
     @property
     def radius(self) -> float:
@@ -204,10 +222,22 @@ class RffAccuracy(RidgeSolveTerms):
         return descent_steps(2.0 * self.radius, 0.5 * self.target, self.gap)
 
     def accepts(self, w: FloatArray, grad: FloatArray) -> bool:
-        """The certificate at w̃ given ĝ (norms inflated for their own rounding)."""
+        """The certificate at w̃ given ĝ (norms inflated for their own rounding).
+
+        Notes
+        -----
+        The norms are computed as ‖s·x‖/s with s = :attr:`scale` (:func:`~dpcausal.numerics.
+        scaled_norm`). Multiplying by the power of two s is exact, so wherever ‖x‖'s squares
+        neither overflow nor underflow this is the float ``np.linalg.norm(x)`` gives (the same
+        decision, bit for bit); s·T and s·(0.99τ − ε_g) are of order 1/λ0 and 1e-6/n or more, so
+        the scaled squares stay far inside float64's range at any outcome scale, and the norm's
+        relative error stays ≤ (p + 2)u (p squares, p − 1 additions, the square root): half the
+        inflation ``rel``. Before, at ‖x‖ ≳ 1.3e154 the squares overflowed, the norm was ∞ and the
+        test refused every iterate (the fallback then ran; safe but slow). Nothing but the
+        rounding of the norm depends on s, and s depends on the public L_w only."""
         rel = 1.0 + 2.0 * (self.dim + 2) * UNIT_ROUNDOFF
-        return bool(float(np.linalg.norm(w)) * rel <= self.w_bound
-                    and float(np.linalg.norm(grad)) * rel <= self.stop_tol)
+        return bool(scaled_norm(w, self.scale) * rel <= self.w_bound
+                    and scaled_norm(grad, self.scale) * rel <= self.stop_tol)
 
     def problem(self) -> str | None:
         """Why float64 cannot give this solve a useful guarantee in a sane time (checked by the

@@ -179,15 +179,19 @@ PassStats = tuple[FloatArray, FloatArray, FloatArray]
 
 def rff_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None, w: FloatArray,
              w_in: FloatArray | None, step: FloatArray | None, ts: FloatArray = T_GRID,
-             rows: int | None = None, cache: FeatureCache | None = None
+             rows: int | None = None, cache: FeatureCache | None = None, scale: float = 1.0
              ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """One piece's statistics at the point v = w (``step`` None) or v = w + step.
 
     Returns (Zᵀ(ρℓ′(r)), Σ ±ρ ζζᵀ over the rows entering/leaving the inside set relative to the
-    inside set at ``w_in`` (None: no row inside), and the loss sums Σ ρ ℓ_c(r)) with r = Zv − φ;
-    with ``step``, the loss sums are Σ ρ ℓ_c(Zw + t·Z·step − φ) for every t of ``ts`` (J along the
-    step), else the single sum at v. Every product is computed from scratch for the rows of this
-    piece; all but the Gram's in float64 (module docstring).
+    inside set at ``w_in`` (None: no row inside), and the scaled loss sums
+    Σ ρ ℓ_{c·s}(s·r) = s²·Σ ρ ℓ_c(r)) with r = Zv − φ and s = ``scale``, a public power of two
+    (:attr:`~dpcausal.commands.cate.rff_accuracy.RffAccuracy.scale`: the squares stay in
+    float64's range at any outcome scale, and the sums are exactly s² times the unscaled ones
+    wherever those neither overflow nor underflow); with ``step``, the loss sums are
+    Σ ρ ℓ_{c·s}(s·(Zw + t·Z·step − φ)) for every t of ``ts`` (J along the step), else the single
+    sum at v. Every product is computed from scratch for the rows of this piece; all but the
+    Gram's in float64 (module docstring).
 
     The blocks of rows are shared out to ``Z_THREADS`` workers by position (worker k takes the
     blocks k, k + Z_THREADS, ...), each computing its blocks' features (or taking them from
@@ -203,6 +207,7 @@ def rff_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None,
         return np.zeros(p), np.zeros((p, p)), losses
     v = w if step is None else w + step
     bounds = _block_bounds(n, rows or block_rows(p))
+    cs = None if c is None else c * scale
 
     def block_stats(acc: PassStats, i0: int, i1: int, scratch: Scratch) -> None:
         zv_acc, d_hess, loss = acc
@@ -231,13 +236,14 @@ def rff_pass(part: Part, start: int, *, feats: FourierFeatures, c: float | None,
             kept[i0, i1] = fv
         r = fv - ph
         if step is None:
-            loss[0] += float(rc @ huber_value(r, c))
+            loss[0] += float(rc @ huber_value(r * scale, cs))
         else:
             if f is None:
                 f = f_new
             df = fv - f  # Z·step without a third product
             rt = f[:, None] + df[:, None] * ts[None, :] - ph[:, None]
-            loss += rc @ huber_value(rt, c)
+            rt *= scale
+            loss += rc @ huber_value(rt, cs)
         prev = (np.zeros(i1 - i0, dtype=bool) if w_in is None
                 else _inside((f_in if need_in or f is None else f) - ph, c))
         add_inside_change(d_hess, z32, rc, _inside(r, c), prev, scratch)
