@@ -33,7 +33,9 @@ rows and every solve stops at the in-memory certificate:
   engine's batches) returns a point within 0.99·τ/(2λ0) of the minimiser, certified by ∇J summed
   over every D row with a proven rounding bound or reached by the guaranteed fallback
   (:mod:`~dpcausal.commands.cate.rff_accuracy`), so Δ = L_w/(λ0 n) + τ/λ0 of
-  :func:`~dpcausal.commands.cate.privacy.function_mechanism` holds.
+  :func:`~dpcausal.commands.cate.privacy.function_mechanism` holds. The line search's loss sums
+  that batches add are of s²·ℓ_c, s the public power of two ``RffAccuracy.scale`` (in range at
+  any outcome scale, and the same decisions as unscaled ones: ``rff._scaled_objective``).
 
 Noise: drawn once, on the client, by the same mechanism objects and in the in-memory order
 (propensity, then outcome, then the GP weight path), so a test noise seed gives the in-memory
