@@ -94,7 +94,8 @@ def test_rff_engine_newton_is_exactly_scale_equivariant(squared: bool, power: in
     for scale in (1.0, 2.0**power):
         feats, s, rho, phi, lam0, c, acc = _rff_problem(squared, scale)
         cuts = [0, 7, 8, 31, s.shape[0]]  # uneven batches, one of a single row
-        engine = ListEngine([(a, (s[a:b], rho[a:b], phi[a:b])) for a, b in itertools.pairwise(cuts)])
+        engine = ListEngine([(a, (s[a:b], rho[a:b], phi[a:b]))
+                             for a, b in itertools.pairwise(cuts)])
         fit = solve_rff(engine, feats, n=s.shape[0], lam0=lam0, huber_c=c, accuracy=acc, rows=16)
         runs.append((fit, engine.passes))
     (base, base_passes), (scaled, scaled_passes) = runs

@@ -133,12 +133,13 @@ def solve_rff(backend: Backend, feats: FourierFeatures, *, n: int, lam0: float,
     J(w + t·step) ≤ J(w) + 1e-12|J(w)|, compared as s²J with s = ``accuracy.scale`` (a public
     power of two from L_w, so the squares stay in range at any outcome scale and the decision is
     the unscaled one: :func:`_scaled_objective`), and a damped step costs one more pass at the
-    accepted point. When the pass's gradient norm is ≤ ``accuracy.stop_tol`` the certificate recomputes
-    the gradient over every row, summed with a proven rounding bound (:func:`exact_gradient`,
-    one pass) and returns w if :meth:`RffAccuracy.accepts`. When no iterate certifies within
-    ``NEWTON_ITER`` steps, or a system is not positive definite, :func:`guaranteed_descent` runs
-    from the last iterate. Either way the result is within ``accuracy.target`` of the exact
-    minimiser, so Δ = L_w/(λ0 n) + τ/λ0 holds (docs/proofs/cate.md §3).
+    accepted point. When the pass's gradient norm is ≤ ``accuracy.stop_tol`` the certificate
+    recomputes the gradient over every row, summed with a proven rounding bound
+    (:func:`exact_gradient`, one pass) and returns w if :meth:`RffAccuracy.accepts`. When no
+    iterate certifies within ``NEWTON_ITER`` steps, or a system is not positive definite,
+    :func:`guaranteed_descent` runs from the last iterate. Either way the result is within
+    ``accuracy.target`` of the exact minimiser, so Δ = L_w/(λ0 n) + τ/λ0 holds
+    (docs/proofs/cate.md §3).
     """
     p = feats.dim
     sc = accuracy.scale
