@@ -20,8 +20,8 @@
 - ``audit privacy`` on a pooled spec with the output learner, with and without residual_clip, on
   a pure-ε trial spec, and on the observational example's output-learner twin; the dry run is the
   same for two data sets of one size.
-- The dry run's predicted unit (labelled a bound) against the release's with the pooled centre:
-  holds for all/split; a strict xfail for crossfit, where it does not (see its reason).
+- The dry run's predicted unit (labelled a bound) against the release's with the pooled centre,
+  fold centres released apart under crossfit (a regression test for the fix 144bf8c).
 """
 
 from __future__ import annotations
@@ -410,12 +410,7 @@ def _release_units(ate: dict[str, Any], centres: list[float]) -> tuple[float, fl
 
 
 PREDICTION_CASES = [
-    pytest.param(rows, extra, marks=pytest.mark.xfail(strict=True, reason=(
-        "crossfit: score_rows unions the folds' centres into one range [min c̄_j, max c̄_j] for "
-        "mu0 and mu1 separately, so centred_range unties μ̂₀ and μ̂₁ and the release's R exceeds "
-        "public_units' tied-centre worst case (bound: True in the dry run)")) if rows == "crossfit"
-        else ())
-    for rows in ("all", "split", "crossfit")
+    (rows, extra) for rows in ("all", "split", "crossfit")
     for extra in ({"residual_clip": 1.0, "propensity": 0.4}, {"residual_clip": 0.7},
                   {"weights": "overlap", "residual_clip": 4.0}, {"propensity": 0.4})]
 
@@ -425,7 +420,11 @@ def test_the_dry_runs_predicted_unit_bounds_the_releases(rows: str, extra: dict[
                                                          ) -> None:
     """The dry run labels its predicted noise half-width a bound ("the release's R is never
     larger", docs/proofs/cate_ate.md §6); with the pooled centre released anywhere in the
-    bounds — each fold's its own under crossfit — the release's unit must not exceed it."""
+    bounds — each fold's its own under crossfit — the release's unit must not exceed it.
+    Regression (review rev19p): c05d41e predicted the tied-centre worst case under crossfit too,
+    where score_rows unions the folds' centres into one range for μ̂₀ and μ̂₁ separately (so
+    centred_range unties them): the release's R was 15 against a predicted 5 (public
+    propensity 0.4, r = 1, fold centres 0 and 5); fixed in 144bf8c."""
     rng = np.random.default_rng(5)
     folds = 2 if rows == "crossfit" else 1
     draws = [[0.0, 5.0][:folds], [Y_LO, Y_HI][:folds]]
