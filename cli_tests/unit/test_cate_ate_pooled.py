@@ -182,3 +182,29 @@ def test_the_dry_runs_unit_is_the_largest_over_every_tied_centre(
     assert grid <= got <= grid * (1 + 1e-12)
     means = build_ate_setup(make_spec(outcome_model="means", **extra), 400)
     assert got <= public_units(means, propensity)["estimate"]
+
+
+@pytest.mark.parametrize("outcome", ["pooled", "means", "none"])
+def test_a_trial_without_gaussian_stages_is_labelled_pure_whatever_the_specs_delta(
+        outcome: str) -> None:
+    """(Independent review, finding 3: the label followed privacy.delta, not the events.)"""
+    pl = plan(make_spec(delta=1e-6, propensity=0.4, outcome_model=outcome), 400, {},
+              rng=np.random.default_rng(0))
+    assert all(ev.delta == 0.0 for ev in pl.events)
+    assert pl.guarantee == "pure"
+    observational = plan(make_spec(delta=1e-6, outcome_model=outcome), 400, {},
+                         rng=np.random.default_rng(0))
+    assert observational.guarantee == "approximate"
+
+
+def test_an_outcome_penalty_without_the_ridge_is_refused_with_its_field() -> None:
+    """(Independent review, finding 5: cate.nuisance.outcome_l2 was silently ignored.)"""
+    from dpcausal.errors import SpecError
+
+    for outcome in ("pooled", "means", "none"):
+        with pytest.raises(SpecError, match="outcome_l2") as err:
+            build_ate_setup(make_spec(outcome_model=outcome,
+                                      cate={"nuisance": {"outcome_l2": 0.01}}), 400)
+        assert err.value.field == "cate.nuisance.outcome_l2"
+    assert build_ate_setup(make_spec(cate={"nuisance": {"outcome_l2": 0.01}}), 400).outcome \
+        == "ridge"

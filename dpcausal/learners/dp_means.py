@@ -112,9 +112,9 @@ class DPPooledMean(OutcomeMeans):
     (|fl(S) − fl(S′)| ≤ |S − S′| + u(|S| + |S′|)); ``sum_sensitivity`` (2h + 4u·m·h) covers it.
     Guarantee: S̃ is ε-DP by the Laplace mechanism (δ = 0); μ̂ is post-processing. With a
     residual clip r (``cate.ate.residual_clip``) a pooled centre leaves the scores as an
-    inverse-propensity contrast of clip(Y − c̃): its noise reaches the estimate only through the
-    arms' weight sums' departures from n, not as a difference of two noisy arm means, and it
-    costs a single Laplace draw on all m rows.
+    inverse-propensity contrast of clip(Y − c̃): on the rows the clip leaves alone its noise
+    reaches the estimate only through the arms' weight sums' departures from n, not as a
+    difference of two noisy arm means, and it costs a single Laplace draw on all m rows.
     """
 
     description = "pooled outcome mean (both arms)"

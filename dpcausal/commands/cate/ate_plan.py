@@ -199,7 +199,7 @@ def ate_plan(spec: CateSpec, n_rows: int, side: dict[str, Any], *,
         neighbouring={"relation": "replace-one", "unit": "row (one individual)", "n_public": True,
                       "row_order": row_split.row_order(sec.split),
                       "composition": composition[setup.rows]},
-        guarantee="approximate" if spec.privacy.delta > 0 else "pure",
+        guarantee="approximate" if any(ev.delta > 0 for ev in events) else "pure",
         dp_guarantee=True,
         assumptions={
             "estimand": "ate", "weights": setup.weights,

@@ -237,6 +237,11 @@ def build_ate_setup(spec: CateSpec, n_rows: int) -> AteSetup:
         outcome = "ridge" if keep else "means"
     else:
         outcome = ate.outcome_model
+        if nu.outcome_l2 is not None:
+            raise SpecError(f"cate.nuisance.outcome_l2: the penalty of the ridge outcome model, "
+                            f"but cate.ate.outcome_model is {outcome}, which has none; remove "
+                            "outcome_l2 or choose outcome_model: ridge (or auto)",
+                            field="cate.nuisance.outcome_l2")
     if outcome != "ridge":
         out_l2 = None
     budget = _budget(spec, ate, has_prop, outcome, bool(ate.groups))
