@@ -192,7 +192,7 @@ def newton(backend: Backend, theta: FloatArray, acc: ERMAccuracy, *, max_newton:
     full = bool(np.any(theta != 0.0))  # a start near θ*: try the full step alone first
     for it in range(max_newton + 1):
         grad = g_data + gamma * theta
-        gnorm = float(np.linalg.norm(grad))
+        gnorm = acc.grad_norm(grad)
         if acc.accepts(theta, grad) or it == max_newton or not np.isfinite(gnorm):
             return theta, grad, it
         hess = h_data + gamma * np.eye(d)
@@ -278,7 +278,7 @@ def solve_erm(backend: Backend, acc: ERMAccuracy, *, max_newton: int = 100) -> E
     start = warm_start(backend, acc)
     theta, grad, its = fast_path(backend, acc, start, max_newton=max_newton)
     if acc.accepts(theta, grad):
-        return ERMSolution(theta, float(np.linalg.norm(grad)), its, certified=True)
+        return ERMSolution(theta, acc.grad_norm(grad), its, certified=True)
     theta = guaranteed_descent(backend, theta, acc)
     return ERMSolution(theta, float("nan"), its + acc.fallback_steps, certified=False)
 

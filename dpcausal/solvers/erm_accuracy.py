@@ -16,7 +16,9 @@ message and no number depends on which way it ended:
    ‖ĝ‖ ≤ τ (``stop_tol``). ĝ is summed in blocks of ≤ ``SUM_CHUNK`` rows added exactly rounded
    (:func:`dpcausal.solvers.erm_passes.gradient_pass`, :func:`exact_gradient`), so
    ‖ĝ − ∇G(θ̃)‖ ≤ ε_g (``grad_allowance``) whatever n and the partitioning, hence
-   ‖θ̃ − θ*‖ ≤ (τ + ε_g)/γ.
+   ‖θ̃ − θ*‖ ≤ (τ + ε_g)/γ. Both norms are taken as ‖s·x‖/s with public powers of two s
+   (ĝ scales with W, θ̃ does not: :meth:`ERMAccuracy.accepts`), so no outcome scale makes their
+   squares underflow (a false certificate) or overflow (no certificate).
 2. **The guaranteed fallback** (:func:`guaranteed_descent`), run when the fast path has not
    certified: projected gradient descent θ ← P_ρ(θ − s·ĝ), s = 2/(L + γ), for a PUBLIC number N
    of steps (``fallback_steps``). With exact gradients each step contracts the distance to θ* by
@@ -48,6 +50,8 @@ from dpcausal.numerics import (
     descent_steps,
     exact_total,
     gamma,
+    objective_scale,
+    scaled_norm,
 )
 from dpcausal.solvers.backend import Backend, InMemory
 from dpcausal.solvers.erm_passes import gradient_pass
@@ -177,12 +181,44 @@ class ERMAccuracy:
                     "would exceed 1% of the sensitivity; use a larger γ or fewer rows")
         return None
 
+    @property
+    def grad_scale(self) -> float:
+        """s = 2^−e, W̃ = m·2^e (:func:`~dpcausal.numerics.objective_scale`): the public power of
+        two by which every gradient is scaled before its squares are summed (:meth:`grad_norm`)."""
+        return objective_scale(self.weight_max)
+
+    def grad_norm(self, grad: FloatArray) -> float:
+        """‖ĝ‖ computed as ‖s·ĝ‖/s, s = :attr:`grad_scale` (:func:`~dpcausal.numerics.
+        scaled_norm`): ``np.linalg.norm(ĝ)`` bit for bit wherever its squares stay in float64's
+        normal range, and within the same rounding bound at any outcome scale."""
+        return scaled_norm(grad, self.grad_scale)
+
     def accepts(self, theta: FloatArray, grad: FloatArray) -> bool:
         """The certificate at θ̃ given the computed gradient ĝ (norms inflated for their own
-        rounding)."""
+        rounding).
+
+        Notes
+        -----
+        ĝ carries the weights' units (‖ĝ‖ ≤ nW̃ + γ‖θ̃‖ and τ ≥ 4ε_g ∝ W̃ when γ ∝ W̃, as owl's
+        γ = λnW), θ̃ does not (‖θ*‖ ≤ ρ = √(2nW̃ℓ(0)/γ)). So ‖ĝ‖ is computed as ‖s·ĝ‖/s with
+        s = :attr:`grad_scale` from the public W̃, ‖θ̃‖ as ‖s_T·θ̃‖/s_T with s_T = 2^−e from the
+        public T = m·2^e. Multiplying by a power of two is exact, so wherever the unscaled squares
+        neither overflow nor underflow each norm is the float ``np.linalg.norm`` gives (the same
+        decision, bit for bit); ‖s·ĝ‖ ≲ n + s·γT with s·γT ≤ 1e12 (:meth:`problem` keeps
+        12uγT ≤ ε_g ≤ W/100) and s·τ ≥ 4s·ε_g ≥ γ_{SUM_CHUNK}·n, so the scaled squares stay far
+        inside float64's range at any W, and each norm's relative error stays ≤ (d + 2)u
+        (d squares, d − 1 additions, the square root): half the inflation ``rel``. The
+        certificate's bound ‖θ̃ − θ*‖ ≤ (τ + ε_g)/γ therefore holds as proved in the module
+        docstring. Unscaled (before), a gradient ≲ 1e-154 underflowed towards 0 and was
+        accepted far above τ: at W ≈ 5.6e-163 a point 0.14 from θ* (D = 2.5e-7), below W ≈ 5e-169
+        θ̃ = 0 for every data set; a gradient ≳ 1.3e154 overflowed to ∞ and every iterate was
+        refused (the fallback then ran all its steps: safe but slow). Nothing but the rounding of
+        the norms depends on s and s_T, and they depend on public inputs only. The rounding model
+        of ε_g still assumes the gradient's terms w·ℓ′·v are normal floats or negligible beside
+        ε_g (W above ~1e-290)."""
         rel = 1.0 + 2.0 * (self.d + 2) * UNIT_ROUNDOFF
-        return bool(float(np.linalg.norm(theta)) * rel <= self.theta_bound
-                    and float(np.linalg.norm(grad)) * rel <= self.stop_tol)
+        return bool(scaled_norm(theta, objective_scale(self.theta_bound)) * rel <= self.theta_bound
+                    and self.grad_norm(grad) * rel <= self.stop_tol)
 
 
 def exact_gradient(backend: Backend, theta: FloatArray, acc: ERMAccuracy) -> FloatArray:
@@ -193,10 +229,12 @@ def exact_gradient(backend: Backend, theta: FloatArray, acc: ERMAccuracy) -> Flo
 
 
 def project(theta: FloatArray, radius: float) -> FloatArray:
-    """P_ρ(θ): θ scaled onto the ball ‖θ‖ ≤ ρ when outside it (θ = 0 when not finite)."""
+    """P_ρ(θ): θ scaled onto the ball ‖θ‖ ≤ ρ when outside it (θ = 0 when not finite); ‖θ‖ is
+    computed as ‖s·θ‖/s, s = 2^−e from ρ = m·2^e (exact scalings: the same float as
+    ``np.linalg.norm`` wherever its squares neither overflow nor underflow)."""
     if not bool(np.all(np.isfinite(theta))):
         return np.zeros_like(theta)
-    norm = float(np.linalg.norm(theta))
+    norm = scaled_norm(theta, objective_scale(radius))
     return theta * (radius / norm) if norm > radius else theta
 
 
