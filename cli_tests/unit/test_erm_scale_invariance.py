@@ -144,6 +144,18 @@ def test_owl_release_is_the_same_at_outcome_scale_1e_minus_200(tmp_path: Path) -
     assert thetas[1] == thetas[0]
 
 
+@pytest.mark.parametrize("power", [-1015, -1040])
+def test_owl_refuses_a_weight_bound_below_float64s_reach(tmp_path: Path, power: int) -> None:
+    """Below W = 2^−1000 the rounding model of ε_g and the certificate's power of two 1/W fail
+    (at a subnormal W it does not exist in float64). Before, such specs released noise alone
+    (‖ĝ‖ underflowed to 0: θ = 0 certified); now the spec is refused before any row is read,
+    with exit 2 and the field to change."""
+    res = invoke(["owl", "--spec", _owl_spec(tmp_path, power), "--dry-run"])
+    assert res.exit_code == 2, res.stdout + res.stderr
+    assert "bounds.outcome" in res.stderr and "2^-1000" in res.stderr
+    assert ERMAccuracy(N, D, 2.0**power, LAM * N * 2.0**power, 0.5, 1e-6 * 2.0**power).problem()
+
+
 @pytest.mark.parametrize("lam", [1e-3, 1.0, 1e150, 1e300])
 @pytest.mark.parametrize("make", [
     lambda lam: CertifiedLogistic(lam, 0.05).accuracy(1000, 6),

@@ -59,6 +59,20 @@ from dpcausal.solvers.erm_passes import gradient_pass
 FloatArray = npt.NDArray[np.float64]
 MAX_RELATIVE_SLACK = 0.01
 """The plan refuses when τ + A would exceed this fraction of W (the sensitivity's 2W/γ)."""
+MIN_WEIGHT_BOUND = 2.0**-1000
+"""The smallest weight bound W a solve accepts (≈ 9.3e-302): above it the power of two of
+:attr:`ERMAccuracy.grad_scale` exists and the rounding model of ε_g holds (a product that underflows
+errs by ≤ 2^−1075 absolute, < 1e-9 of ε_g ≥ γ_{SUM_CHUNK}·nW)."""
+
+
+def weight_bound_problem(weight_bound: float) -> str | None:
+    """Why the weight bound W is beyond float64's reach for a solve with a guaranteed accuracy
+    (below :data:`MIN_WEIGHT_BOUND`, or not finite), or None. Public: W comes from the spec."""
+    if MIN_WEIGHT_BOUND <= weight_bound < math.inf:
+        return None
+    where = "below 2^-1000 ≈ 9.3e-302" if weight_bound < MIN_WEIGHT_BOUND else "not finite"
+    return (f"the weight bound W = {weight_bound:.3g} is {where}, where float64 cannot bound the "
+            "solver's rounding; give the outcome and its bounds in other units")
 
 
 def huber_at_zero(h: float) -> float:
@@ -171,6 +185,9 @@ class ERMAccuracy:
     def problem(self) -> str | None:
         """Why float64 cannot give this solve a useful guarantee (checked by the plan, on public
         inputs only), or None."""
+        scale = weight_bound_problem(self.weight_bound)
+        if scale is not None:
+            return scale
         try:
             slack = self.stop_tol + self.allowance
         except (ValueError, ZeroDivisionError):  # beyond the float64 rounding model

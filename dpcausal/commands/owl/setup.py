@@ -19,7 +19,7 @@ from dpcausal.frames import numeric_column, numeric_columns, same_file
 from dpcausal.method import SideInput
 from dpcausal.numerics import UNIT_ROUNDOFF
 from dpcausal.solvers.erm import HuberHinge, solve_weighted_erm
-from dpcausal.solvers.erm_accuracy import ERMAccuracy
+from dpcausal.solvers.erm_accuracy import ERMAccuracy, weight_bound_problem
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -138,7 +138,12 @@ def build_setup(spec: OwlSpec) -> OwlSetup:
     else:
         pi_min = min(sec.propensity, 1.0 - sec.propensity)
     eta = ETA_SHARE * (hi - lo) if sec.eta is None else sec.eta
-    return OwlSetup(columns, fmap, lo, hi, eta, pi_min, HuberHinge(sec.huber_h))
+    setup = OwlSetup(columns, fmap, lo, hi, eta, pi_min, HuberHinge(sec.huber_h))
+    problem = weight_bound_problem(setup.weight_bound)
+    if problem is not None:  # before any solve (owl.tune's too) or plan
+        raise SpecError(f"bounds.outcome: {problem} (W = (U − L + η)/π_min; owl's rule does "
+                        "not depend on the outcome's units)")
+    return setup
 
 
 def data_columns(spec: OwlSpec) -> list[str]:
