@@ -76,9 +76,12 @@ def given_penalty(l2: float) -> PenaltyChoice:
 def choose_penalty(noise_at: dict[float, float], curvature: float, effect: float, rule: str
                    ) -> PenaltyChoice:
     """The λ of ``noise_at`` (candidate λ → the proxy noise sd at λ) minimising (noise sd)² +
-    (effect·λ/(λ + curvature))², with its proxies (module docstring)."""
-    best = min(noise_at, key=lambda lam: noise_at[lam] ** 2
-               + (effect * lam / (lam + curvature)) ** 2)
+    (effect·λ/(λ + curvature))², with its proxies (module docstring). Computed in units of the
+    (public, positive) effect — (noise sd/effect)² + (λ/(λ + curvature))², the same minimiser —
+    so that no outcome unit underflows or overflows the squares (at outcome bounds of 1e-160 the
+    squares of the noise sd were 0 for every λ and the rule picked the grid's first)."""
+    best = min(noise_at, key=lambda lam: (noise_at[lam] / effect) ** 2
+               + (lam / (lam + curvature)) ** 2)
     return PenaltyChoice(float(best), noise_at[best], curvature / (curvature + best), rule)
 
 
