@@ -53,6 +53,23 @@ def objective_scale(bound: float) -> float:
     return math.ldexp(1.0, -math.frexp(bound)[1])
 
 
+MIN_SCALED_BOUND = 2.0**-1000
+"""The smallest public bound (a solver's L_w or W, in the outcome's units) whose power of two
+:func:`objective_scale` exists in float64 with room to spare (≈ 9.3e-302): below it a solver's
+certificate cannot be scaled into float64's normal range, and products that underflow could rival
+its rounding allowance."""
+
+
+def bound_scale_problem(bound: float, what: str) -> str | None:
+    """Why the public ``bound`` is beyond a certified float64 solve (below
+    :data:`MIN_SCALED_BOUND`, or not finite), or None; ``what`` names it in the message."""
+    if MIN_SCALED_BOUND <= bound < math.inf:
+        return None
+    where = "below 2^-1000 ≈ 9.3e-302" if bound < MIN_SCALED_BOUND else "not finite"
+    return (f"{what} = {bound:.3g} is {where}, where float64 cannot bound the solver's rounding; "
+            "give the outcome and its bounds in other units")
+
+
 def scaled_norm(x: npt.NDArray[np.float64], scale: float) -> float:
     """‖x‖₂ computed as ‖scale·x‖₂/scale (``scale`` a power of two, :func:`objective_scale`): the
     same float as ``np.linalg.norm(x)`` wherever that neither overflows nor underflows (both

@@ -46,6 +46,7 @@ from dpcausal.numerics import (
     SAFETY,
     SUM_CHUNK,
     UNIT_ROUNDOFF,
+    bound_scale_problem,
     descent_contraction_gap,
     descent_steps,
     exact_total,
@@ -59,20 +60,12 @@ from dpcausal.solvers.erm_passes import gradient_pass
 FloatArray = npt.NDArray[np.float64]
 MAX_RELATIVE_SLACK = 0.01
 """The plan refuses when τ + A would exceed this fraction of W (the sensitivity's 2W/γ)."""
-MIN_WEIGHT_BOUND = 2.0**-1000
-"""The smallest weight bound W a solve accepts (≈ 9.3e-302): above it the power of two of
-:attr:`ERMAccuracy.grad_scale` exists and the rounding model of ε_g holds (a product that underflows
-errs by ≤ 2^−1075 absolute, < 1e-9 of ε_g ≥ γ_{SUM_CHUNK}·nW)."""
-
-
 def weight_bound_problem(weight_bound: float) -> str | None:
     """Why the weight bound W is beyond float64's reach for a solve with a guaranteed accuracy
-    (below :data:`MIN_WEIGHT_BOUND`, or not finite), or None. Public: W comes from the spec."""
-    if MIN_WEIGHT_BOUND <= weight_bound < math.inf:
-        return None
-    where = "below 2^-1000 ≈ 9.3e-302" if weight_bound < MIN_WEIGHT_BOUND else "not finite"
-    return (f"the weight bound W = {weight_bound:.3g} is {where}, where float64 cannot bound the "
-            "solver's rounding; give the outcome and its bounds in other units")
+    (below :data:`~dpcausal.numerics.MIN_SCALED_BOUND`, or not finite: above it the power of two
+    of :attr:`ERMAccuracy.grad_scale` exists and a product that underflows errs by ≤ 2^−1075,
+    < 1e-9 of ε_g ≥ γ_{SUM_CHUNK}·nW), or None. Public: W comes from the spec."""
+    return bound_scale_problem(weight_bound, "the weight bound W")
 
 
 def huber_at_zero(h: float) -> float:

@@ -190,6 +190,8 @@ class KrrAccuracy(RidgeSolveTerms):
     def problem(self) -> str | None:
         """Why float64 cannot give this solve a useful guarantee in a sane time (checked by the
         plan, on public inputs only), or None."""
+        if (scale := self.scale_problem()) is not None:
+            return scale
         try:
             eta, slack, steps = self.box_margin, self.tol, self.steps
         except (ValueError, ZeroDivisionError, OverflowError):

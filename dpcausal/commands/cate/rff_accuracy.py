@@ -46,6 +46,7 @@ from dpcausal.numerics import (
     SAFETY,
     SUM_TERMS,
     UNIT_ROUNDOFF,
+    bound_scale_problem,
     descent_contraction_gap,
     descent_steps,
     gamma,
@@ -94,6 +95,12 @@ class RidgeSolveTerms:
     def update_allowance(self) -> float:
         """r: a public bound on the rounding of one fallback update (each certificate's own)."""
         raise NotImplementedError
+
+    def scale_problem(self) -> str | None:
+        """Why L_w is beyond a certified float64 solve (below 2^-1000 or not finite: no power of
+        two :attr:`scale` to keep the certificate's squares in range), or None."""
+        problem = bound_scale_problem(self.lipschitz_w, "the second stage's Lipschitz bound L_w")
+        return None if problem is None else f"bounds.outcome: {problem}"
 
     @property
     def scale(self) -> float:
@@ -242,6 +249,8 @@ class RffAccuracy(RidgeSolveTerms):
     def problem(self) -> str | None:
         """Why float64 cannot give this solve a useful guarantee in a sane time (checked by the
         plan, on public inputs only), or None."""
+        if (scale := self.scale_problem()) is not None:
+            return scale
         try:
             slack, steps = self.tol, self.steps
         except (ValueError, ZeroDivisionError, OverflowError):
