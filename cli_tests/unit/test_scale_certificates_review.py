@@ -14,10 +14,11 @@ coordinates scale (rff) or stay (owl)):
 - ``scaled_norm`` is ``np.linalg.norm`` bit for bit wherever the latter is exact (ordinary scales);
 - the scale is a function of the public bound alone;
 - a plan that accepts an outcome scale can run it: at a subnormal L_w the rff/exact-kernel plan
-  accepted the spec and the solve then crashed (exit 1) in ``objective_scale`` — strict xfail;
+  accepted the spec and the solve then crashed (exit 1) in ``objective_scale`` — now refused at
+  plan time (bounds.outcome, 45dd48e);
 - the same squaring pattern in the default-penalty rule (``penalty.choose_penalty``): at outcome
   ranges ≲ 1e-150 every candidate's (noise sd)² + (shrinkage)² underflows to 0 and the rule picks
-  the smallest penalty, whatever the noise — strict xfail.
+  the smallest penalty, whatever the noise — now compared in units of the effect (c24ac62).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from dpcausal.commands.cate.rff import (
 )
 from dpcausal.commands.cate.rff_accuracy import RffAccuracy, feature_error
 from dpcausal.learners.penalty import choose_penalty
-from dpcausal.numerics import objective_scale, scaled_norm
+from dpcausal.numerics import MIN_SCALED_BOUND, objective_scale, scaled_norm
 from dpcausal.solvers import erm_accuracy
 from dpcausal.solvers.backend import InMemory
 from dpcausal.solvers.erm import solve_erm, solve_weighted_erm
@@ -97,7 +98,11 @@ def test_rff_solve_is_within_the_certified_distance_at_every_scale(squared: bool
     """In memory: the returned w, scaled back to the unit scale, is within d* of the minimiser
     (its gradient there certifies it). Before 6d2ae27 at 2^−600 w = 0 was accepted unchanged."""
     feats, s, rho, phi, c, acc = _rff_setup(squared, power)
-    assert acc.problem() is None
+    problem = acc.problem()
+    if acc.lipschitz_w < MIN_SCALED_BOUND:  # refused by the plan (bounds.outcome): never solved
+        assert problem is not None and problem.startswith("bounds.outcome"), problem
+        return
+    assert problem is None
     sc = acc.scale
     assert math.isfinite(sc) and sc > 0.0
     fit = fit_rff_streaming(feats, s, rho, phi, lam0=RFF_LAM, huber_c=c, accuracy=acc)
@@ -244,19 +249,20 @@ def test_the_scale_is_a_function_of_the_public_bound_alone() -> None:
 
 # ------------------------------------------------------------------- plan vs solve: no crash
 
-@pytest.mark.xfail(strict=True, raises=OverflowError,
-                   reason="review: RffAccuracy/KrrAccuracy.problem() accept L_w < 2^-1024, where "
-                          "objective_scale's 2^-e overflows (numerics.py:53); owl refuses W < "
-                          "2^-1000 (weight_bound_problem), cate does not")
 @pytest.mark.parametrize("make", [
     lambda lw: RffAccuracy(1500, 1000, 0.03, lw, False, 1e-13),
     lambda lw: KrrAccuracy(1500, 2, 1.0, 0.03, lw, False),
 ], ids=["rff", "exact"])
 def test_cate_accuracy_the_plan_accepts_has_a_scale(make: Any) -> None:
+    """(Finding 1, mended in 45dd48e.) Below 2^-1000 the plan refuses, naming bounds.outcome;
+    wherever it accepts, the certificate's power of two exists."""
     lw = 2.0**-1040  # a Huber L_w = 2c(1 − κ)² with c ≈ 5·2^-1040 (outcome bounds ~1e-313)
-    acc = make(lw)
-    assert acc.problem() is None  # the plan accepts it ...
-    assert math.isfinite(objective_scale(acc.lipschitz_w))  # ... and the solve needs this
+    problem = make(lw).problem()
+    assert problem is not None and problem.startswith("bounds.outcome"), problem
+    for ok in (MIN_SCALED_BOUND, 2.0**-900, 1.0, 2.0**1000):
+        acc = make(ok)
+        if acc.problem() is None:
+            assert math.isfinite(objective_scale(acc.lipschitz_w))
 
 
 def _cate_spec(tmp: Path, power: int, features: str, ridge: float | None = None) -> Path:
@@ -283,11 +289,6 @@ def _cate_spec(tmp: Path, power: int, features: str, ridge: float | None = None)
     return write_yaml(tmp / f"cate_{power}_{features}.yaml", doc)
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="review: cate's plan accepts outcome bounds [-1, 9]·2^-1040 (dry run "
-                          "exit 0) and the run then ends in an internal error (exit 1: "
-                          "objective_scale overflows at a subnormal L_w); rff regressed in "
-                          "6d2ae27 (exit 0 before), the exact kernel crashed already")
 @pytest.mark.parametrize("features", ["rff", "exact"])
 def test_cate_run_at_a_tiny_outcome_scale_is_not_an_internal_error(tmp_path: Path,
                                                                    features: str) -> None:
@@ -300,12 +301,6 @@ def test_cate_run_at_a_tiny_outcome_scale_is_not_an_internal_error(tmp_path: Pat
 
 # -------------------------------------------------- the same squaring in the default penalties
 
-@pytest.mark.xfail(strict=True,
-                   reason="review: penalty.choose_penalty squares the noise sd and the shrinkage "
-                          "in outcome units (penalty.py:79-80); at ranges below ~1e-150 every "
-                          "candidate's total underflows to 0 and min() returns the first (the "
-                          "smallest λ), so cate's default λ0 at outcome bounds ×2^-600 is 1e-4 "
-                          "instead of 0.0316 (noise sd ~38× the effect instead of 0.12×)")
 @pytest.mark.parametrize("power", [-600, 600])
 def test_default_penalty_rule_is_unit_free(power: int) -> None:
     """The rule's own docstring (cate/setup.second_stage_ridge): rescaling the outcome rescales
@@ -319,11 +314,6 @@ def test_default_penalty_rule_is_unit_free(power: int) -> None:
     assert scaled.l2 == base.l2
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="review: cate's default λ0 (setup.second_stage_ridge → choose_penalty) "
-                          "is 0.0316 at configs/cate.yaml's outcome scale and 1e-4 (the smallest "
-                          "guaranteed) at the same spec ×2^-600, against its docstring's 'leaves "
-                          "λ0 unchanged'")
 def test_cate_default_second_stage_ridge_is_unit_free(tmp_path: Path) -> None:
     from dpcausal.commands.cate.setup import build_setup
     from dpcausal.commands.cate.spec import CateSpec
