@@ -70,6 +70,20 @@ def _rff_data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return s, rho, phi
 
 
+def _around_the_certificate(seed: int, dim: int, bound: float, tol: float
+                            ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(point, gradient) pairs on both sides of a certificate's two tests (‖point‖ ≤ bound,
+    ‖gradient‖ ≤ tol), along random directions."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(20):
+        direction = rng.standard_normal(dim)
+        direction /= np.linalg.norm(direction)
+        for g_mult, p_mult in itertools.product((0.5, 0.999, 1.001, 2.0, 1e3), (0.5, 2.0)):
+            out.append((np.flip(direction) * bound * p_mult, direction * tol * g_mult))
+    return out
+
+
 def _rff_setup(squared: bool, power: int) -> tuple[Any, ...]:
     s, rho, phi = _rff_data()
     feats = FourierFeatures.draw(2, RFF_M, RFF_H, 3)
@@ -140,15 +154,8 @@ def test_rff_certificate_decides_as_at_the_unit_scale(power: int) -> None:
     *_, acc0 = _rff_setup(False, 0)
     *_, acc = _rff_setup(False, power)
     sc = math.ldexp(1.0, power)
-    p = acc0.dim
-    rng = np.random.default_rng(2)
-    for _ in range(20):
-        direction = rng.standard_normal(p)
-        direction /= np.linalg.norm(direction)
-        for g_mult, w_mult in itertools.product((0.5, 0.999, 1.001, 2.0, 1e3), (0.5, 2.0)):
-            g = direction * acc0.stop_tol * g_mult
-            w = np.flip(direction) * acc0.w_bound * w_mult
-            assert acc.accepts(w * sc, g * sc) == acc0.accepts(w, g)
+    for w, g in _around_the_certificate(2, acc0.dim, acc0.w_bound, acc0.stop_tol):
+        assert acc.accepts(w * sc, g * sc) == acc0.accepts(w, g)
 
 
 # --------------------------------------------------------------------------- owl's weighted ERM
@@ -212,14 +219,8 @@ def test_erm_certificate_decides_as_at_the_unit_scale(power: int) -> None:
     """ĝ scales with W, θ does not: accepts(θ, ĝ·2^k) at W·2^k is accepts(θ, ĝ) at W."""
     acc0, acc = _erm_acc(0), _erm_acc(power)
     sc = math.ldexp(1.0, power)
-    rng = np.random.default_rng(3)
-    for _ in range(20):
-        direction = rng.standard_normal(ERM_D)
-        direction /= np.linalg.norm(direction)
-        for g_mult, t_mult in itertools.product((0.5, 0.999, 1.001, 2.0, 1e3), (0.5, 2.0)):
-            g = direction * acc0.stop_tol * g_mult
-            theta = np.flip(direction) * acc0.theta_bound * t_mult
-            assert acc.accepts(theta, g * sc) == acc0.accepts(theta, g)
+    for theta, g in _around_the_certificate(3, ERM_D, acc0.theta_bound, acc0.stop_tol):
+        assert acc.accepts(theta, g * sc) == acc0.accepts(theta, g)
 
 
 # ------------------------------------------------------------------------- the scale itself
