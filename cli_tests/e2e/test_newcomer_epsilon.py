@@ -82,3 +82,14 @@ def test_every_mechanism_refuses_when_built(build: object) -> None:
     for epsilon in (1e-320, 1e-100):  # subnormal; a scale beyond MAX_NOISE_SCALE
         with pytest.raises(SpecError, match=TOO_SMALL):
             build(epsilon)
+
+
+def test_a_huge_scale_at_an_ordinary_epsilon_names_the_units_too() -> None:
+    """A noise scale beyond float64 at ε = 1 comes from the data's units (outcome bounds of 1e60),
+    not from ε: the refusal says both; a tiny ε alone gets no units hint."""
+    with pytest.raises(SpecError, match=TOO_SMALL) as err:
+        LaplaceMechanism(1.0, 1e60, stage="cate.ate.estimate")
+    assert "smaller units" in str(err.value) and err.value.field == "privacy.epsilon"
+    with pytest.raises(SpecError, match=TOO_SMALL) as err:
+        LaplaceMechanism(1e-320, 1.0, stage="cate.ate.estimate")
+    assert "units" not in str(err.value)

@@ -41,14 +41,18 @@ def check_noise_scale(stage: str, epsilon: float, scale: float) -> None:
     """
     if not 0.0 <= epsilon < sys.float_info.min and 0.0 <= scale <= MAX_NOISE_SCALE:
         return
-    why = (f"below the smallest normal float64 ({sys.float_info.min:.3g})"
-           if 0.0 <= epsilon < sys.float_info.min else
+    tiny = 0.0 <= epsilon < sys.float_info.min
+    why = (f"below the smallest normal float64 ({sys.float_info.min:.3g})" if tiny else
            f"so its noise scale would be {scale:.3g}, beyond the {MAX_NOISE_SCALE:.0e} float64 "
            "arithmetic on it can carry")
+    units = "" if tiny else (
+        "; if ε is not small, the scale comes from the data's units instead: give the outcome "
+        "(or the columns whose bounds set this stage's sensitivity) and their bounds in smaller "
+        "units")
     raise SpecError(
         f"privacy.epsilon: ε too small for float64: the mechanism of stage '{stage}' gets "
         f"ε = {epsilon:.3g}, {why}; raise privacy.epsilon (an ε this small would release only "
-        "noise)", field="privacy.epsilon")
+        f"noise){units}", field="privacy.epsilon")
 
 
 @dataclass(frozen=True, slots=True)
